@@ -1,0 +1,1 @@
+"""Shared Kafka and state plumbing for kafkron's services: settings, codec, stores, runtime."""

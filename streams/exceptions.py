@@ -1,0 +1,43 @@
+"""The one exception root of kafkron and the errors shared by every service."""
+
+from __future__ import annotations
+
+
+class KafkronError(Exception):
+    """Root of every error kafkron raises on purpose.
+
+    ``retryable`` tells a caller whether trying the same thing again may succeed;
+    ``retry_after_s`` optionally says how long to wait first.
+    """
+
+    retryable: bool = False
+    retry_after_s: float | None = None
+
+    def __init__(
+        self, message: str, *, retryable: bool | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
+
+
+class ConfigurationError(KafkronError):
+    """A setting is missing or contradicts another; the message names it."""
+
+
+class BrokerError(KafkronError):
+    """The local Kafka broker could not be fetched, formatted, started or stopped."""
+
+
+class TopicLayoutError(KafkronError):
+    """Topics exist with a layout (partition counts, cleanup) kafkron cannot work with."""
+
+
+class DecodeError(KafkronError):
+    """Bytes could not be decoded into a kafkron record (garbage, unknown schema, bad field)."""
+
+
+class KafkaDeliveryError(KafkronError):
+    """A produce, flush, commit or transaction step failed at the broker."""

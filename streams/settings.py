@@ -1,0 +1,33 @@
+"""Settings shared by every kafkron process: where Kafka is and how topics are laid out.
+
+Read from the environment (prefix ``KAFKRON_``) only at an entry point, then passed down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class KafkaSettings(BaseSettings):
+    """Kafka connection and topic layout; ``librdkafka`` passes any client option through."""
+
+    model_config = SettingsConfigDict(env_prefix="KAFKRON_", frozen=True, extra="ignore")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    namespace: str = "kafkron."
+    partitions: int = Field(default=12, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    # Extra librdkafka settings (SASL, SSL, ...) merged into every client's config.
+    librdkafka: dict[str, Any] = Field(default_factory=dict)
+    state_dir: Path = Path(".state")
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka config for any client: bootstrap, operator extras, then overrides."""
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        config.update(self.librdkafka)
+        config.update(overrides)
+        return config

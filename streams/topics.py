@@ -1,0 +1,88 @@
+"""The topic layout of ARCHITECTURE.md: names under a namespace, cleanup and co-partitioning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Priority(StrEnum):
+    """Execution lanes; each has its own ``due.<priority>`` topic."""
+
+    HIGH = "HIGH"
+    NORMAL = "NORMAL"
+    LOW = "LOW"
+
+
+LONG_RETENTION_MS = 30 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic kafkron owns: its base name, cleanup policy and extra configs."""
+
+    base_name: str
+    compact: bool
+    co_partitioned: bool = True
+    retention_ms: int | None = None
+
+    def configs(self) -> dict[str, str]:
+        """Topic configs for CreateTopics."""
+        configs = {"cleanup.policy": "compact" if self.compact else "delete"}
+        if self.retention_ms is not None:
+            configs["retention.ms"] = str(self.retention_ms)
+        return configs
+
+
+JOBS = "jobs"
+JOB_RESULTS = "job-results"
+RETRY = "retry"
+DLQ = "dlq"
+
+
+def due_topic_base(priority: Priority) -> str:
+    """Base name of the due topic of one priority lane."""
+    return f"due.{priority.value.lower()}"
+
+
+BASE_TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec(JOBS, compact=True),
+    *(TopicSpec(due_topic_base(p), compact=False) for p in Priority),
+    TopicSpec(JOB_RESULTS, compact=False, retention_ms=LONG_RETENTION_MS),
+    TopicSpec(RETRY, compact=False),
+    TopicSpec(DLQ, compact=False, retention_ms=LONG_RETENTION_MS),
+)
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Full topic names under one namespace (default ``kafkron.``)."""
+
+    namespace: str
+
+    def name(self, base: str) -> str:
+        """The full name of a topic given its base name."""
+        return f"{self.namespace}{base}"
+
+    @property
+    def jobs(self) -> str:
+        return self.name(JOBS)
+
+    @property
+    def job_results(self) -> str:
+        return self.name(JOB_RESULTS)
+
+    @property
+    def retry(self) -> str:
+        return self.name(RETRY)
+
+    @property
+    def dlq(self) -> str:
+        return self.name(DLQ)
+
+    def due(self, priority: Priority) -> str:
+        return self.name(due_topic_base(priority))
+
+    def changelog(self, group: str, store: str) -> str:
+        """The compacted changelog topic of one store of one processor group."""
+        return self.name(f"changelog.{group}.{store}")
