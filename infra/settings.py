@@ -1,0 +1,28 @@
+"""Settings of the local single-node Kafka broker that kafkron runs for development and tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BrokerSettings(BaseSettings):
+    """Where the local broker lives and how it starts; env prefix ``KAFKRON_BROKER_``.
+
+    ``port`` 0 picks a free port at first start and keeps it for that home folder.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KAFKRON_BROKER_", frozen=True, extra="ignore")
+
+    home: Path = Path(".state/broker")
+    kafka_version: str = "4.4.0"
+    log4j_version: str = "2.25.3"
+    port: int = Field(default=9092, ge=0, le=65535)
+    controller_port: int = Field(default=0, ge=0, le=65535)
+    heap_mb: int = Field(default=768, ge=256)
+    start_timeout_s: float = Field(default=120.0, gt=0)
+    stop_grace_s: float = Field(default=30.0, gt=0)
+    # Where the jars go; shared across homes so a test broker reuses the dev broker's fetch.
+    libs_dir: Path = Path(".state/kafka-libs")

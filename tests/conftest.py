@@ -1,0 +1,91 @@
+"""Session broker and per-test topic namespaces.
+
+The broker is ``KAFKA_BOOTSTRAP`` when set; otherwise a testcontainers Kafka where a Docker
+engine answers; otherwise the project's own local broker (``kafkron broker start``) in a
+test home with a free port, stopped at the end of the session. A broker that cannot be had
+fails the run (never skips), so CI cannot go green without Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.broker import LocalBroker, free_port
+from infra.settings import BrokerSettings
+from streams.admin import ensure_topics
+from streams.settings import KafkaSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _docker_kafka() -> tuple[str, object] | None:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env().ping()
+    except Exception:
+        return None
+    from testcontainers.kafka import KafkaContainer  # type: ignore[import-untyped]
+
+    container = KafkaContainer("apache/kafka:4.1.0").with_kraft()
+    container.start()
+    return container.get_bootstrap_server(), container
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap servers of a real Kafka broker for the whole session."""
+    env = os.environ.get("KAFKA_BOOTSTRAP")
+    if env:
+        yield env
+        return
+    docker = _docker_kafka()
+    if docker is not None:
+        bootstrap, container = docker
+        yield bootstrap
+        container.stop()  # type: ignore[attr-defined]
+        return
+    settings = BrokerSettings(
+        home=ROOT / ".state" / "test-broker",
+        libs_dir=ROOT / ".state" / "kafka-libs",
+        port=free_port(),
+        controller_port=free_port(),
+    )
+    broker = LocalBroker(settings)
+    try:
+        state = broker.start()
+    except Exception as exc:  # noqa: BLE001 - turned into a failure with the reason
+        pytest.fail(f"no Kafka broker for the tests: {exc}", pytrace=False)
+    try:
+        yield state.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A fresh topic namespace, so tests never see each other's records."""
+    return f"t{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def kafka_settings(kafka_bootstrap: str, namespace: str, tmp_path: Path) -> KafkaSettings:
+    """Settings for one test: the session broker, its own namespace, 4 partitions."""
+    return KafkaSettings(
+        bootstrap_servers=kafka_bootstrap,
+        namespace=namespace,
+        partitions=4,
+        state_dir=tmp_path / "state",
+    )
+
+
+@pytest.fixture
+def topics(kafka_settings: KafkaSettings) -> KafkaSettings:
+    """Settings whose kafkron topics exist on the broker."""
+    ensure_topics(kafka_settings)
+    return kafka_settings

@@ -1,0 +1,48 @@
+"""Topic creation against the real broker: idempotent, and refusing broken co-partitioning."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import NewTopic
+
+from streams.admin import admin_client, ensure_topics, existing_partition_counts
+from streams.exceptions import TopicLayoutError
+from streams.settings import KafkaSettings
+from streams.topics import BASE_TOPICS, TopicNames
+
+
+def test_creates_every_topic_with_its_cleanup_policy(kafka_settings: KafkaSettings) -> None:
+    reports = ensure_topics(kafka_settings)
+    names = TopicNames(kafka_settings.namespace)
+    assert {r.name for r in reports} == {names.name(s.base_name) for s in BASE_TOPICS}
+    assert all(r.created and r.partitions == 4 for r in reports)
+    admin = admin_client(kafka_settings)
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource("topic", names.jobs)
+    configs = admin.describe_configs([resource])[resource].result()
+    assert configs["cleanup.policy"].value == "compact"
+    resource = ConfigResource("topic", names.job_results)
+    configs = admin.describe_configs([resource])[resource].result()
+    assert configs["cleanup.policy"].value == "delete"
+
+
+def test_second_run_creates_nothing(kafka_settings: KafkaSettings) -> None:
+    ensure_topics(kafka_settings)
+    again = ensure_topics(kafka_settings)
+    assert not any(r.created for r in again)
+
+
+def test_mismatched_partition_count_fails_and_changes_nothing(
+    kafka_settings: KafkaSettings,
+) -> None:
+    names = TopicNames(kafka_settings.namespace)
+    admin = admin_client(kafka_settings)
+    admin.create_topics([NewTopic(names.retry, num_partitions=2, replication_factor=1)])[
+        names.retry
+    ].result()
+    with pytest.raises(TopicLayoutError) as error:
+        ensure_topics(kafka_settings)
+    assert names.retry in str(error.value) and "2 partitions" in str(error.value)
+    existing = existing_partition_counts(admin, [names.name(s.base_name) for s in BASE_TOPICS])
+    assert existing == {names.retry: 2}
