@@ -1,0 +1,96 @@
+"""``kafkron up``: the broker, the topics and every service on this machine, until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+
+from infra.broker import LocalBroker
+from infra.settings import BrokerSettings
+from streams.admin import ensure_topics
+from streams.settings import KafkaSettings
+
+
+@dataclass
+class ServiceProcess:
+    """One service run as a child process of ``kafkron up``."""
+
+    name: str
+    argv: list[str]
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(self.argv, env=env)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def local_services() -> list[ServiceProcess]:
+    """The services ``kafkron up`` runs, each as ``python -m services.cli <name>``."""
+    from services import commands
+
+    return [
+        ServiceProcess(name, [sys.executable, "-m", "services.cli", *argv])
+        for name, argv in commands.LOCAL_SERVICES
+    ]
+
+
+def run_local_cluster(
+    broker_settings: BrokerSettings, kafka: KafkaSettings, *, demo: bool = False,
+    check: bool = False,
+) -> int:
+    """Start broker, topics and services; print a readiness report; run until stopped."""
+    import os
+
+    broker = LocalBroker(broker_settings)
+    state = broker.start()
+    print(f"[kafkron] broker ready on {state.bootstrap}")
+    kafka = kafka.model_copy(update={"bootstrap_servers": state.bootstrap})
+    for report in ensure_topics(kafka):
+        print(f"[kafkron] topic {report.name}: {report.partitions} partitions")
+    env = dict(os.environ, KAFKRON_BOOTSTRAP_SERVERS=state.bootstrap)
+    services = local_services()
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        for service in services:
+            service.start(env)
+            print(f"[kafkron] started {service.name} (pid {service.process.pid if service.process else '?'})")
+        if demo:
+            from services import commands
+
+            commands.run_demo(kafka)
+        print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
+        while not stop.is_set() and not check:
+            dead = [s.name for s in services if not s.alive()]
+            if dead:
+                print(f"[kafkron] service(s) exited: {', '.join(dead)}; shutting down")
+                return 1
+            time.sleep(0.5)
+        return 0
+    finally:
+        for service in reversed(services):
+            service.stop()
+        broker.stop()
+        print("[kafkron] stopped")
