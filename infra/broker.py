@@ -68,6 +68,8 @@ class LocalBroker:
         self.home = settings.home.resolve()
         self.state_file = self.home / "broker.json"
         self.log_dir = self.home / "logs"
+        # Our own child, kept so that stop() reaps it; None when another process started it.
+        self._process: subprocess.Popen[bytes] | None = None
 
     def read_state(self) -> BrokerState | None:
         """The recorded state, or None when no broker was started from this home."""
@@ -129,6 +131,9 @@ class LocalBroker:
             os.kill(state.pid, signal.SIGKILL)
             while _pid_alive(state.pid):
                 time.sleep(0.05)
+        if self._process is not None:
+            self._process.wait()
+            self._process = None
         return True
 
     def log_tail(self, lines: int = 40) -> str:
@@ -181,11 +186,15 @@ class LocalBroker:
         out = (self.log_dir / "broker.out").open("ab")
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
+        self._process = proc
         return proc.pid
 
     def _wait_ready(self, state: BrokerState, deadline: float) -> None:
         while time.monotonic() < deadline:
             if not _pid_alive(state.pid):
+                if self._process is not None:
+                    self._process.wait()
+                    self._process = None
                 raise BrokerError(f"the broker exited during start-up.\n{self.log_tail()}")
             if self.answers(state.bootstrap):
                 return

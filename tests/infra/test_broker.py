@@ -1,0 +1,72 @@
+"""The project's own broker: fetched, formatted, started idempotently, stopped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.broker import LocalBroker, free_port
+from infra.settings import BrokerSettings
+from streams.exceptions import BrokerError
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBS = ROOT / ".state" / "kafka-libs"
+
+pytestmark = pytest.mark.kafka
+
+
+def _settings(home: Path) -> BrokerSettings:
+    return BrokerSettings(home=home, libs_dir=LIBS, port=free_port(), controller_port=free_port())
+
+
+def test_start_is_ready_within_deadline_idempotent_and_stops(tmp_path: Path) -> None:
+    broker = LocalBroker(_settings(tmp_path / "broker"))
+    started = time.monotonic()
+    state = broker.start()
+    ready_s = time.monotonic() - started
+    try:
+        assert ready_s < 120, f"broker took {ready_s:.1f}s to answer"
+        assert broker.answers(state.bootstrap)
+        again = broker.start()
+        assert again.pid == state.pid, "a running broker is reused, not started twice"
+        assert "Kafka Server started" in (tmp_path / "broker/logs/server.log").read_text()
+    finally:
+        assert broker.stop()
+    assert broker.running_state() is None
+    assert not broker.stop(), "stopping a stopped broker reports that none ran"
+
+
+def test_failed_start_reports_the_log(tmp_path: Path) -> None:
+    taken = free_port()
+    settings = BrokerSettings(
+        home=tmp_path / "broker", libs_dir=LIBS, port=taken, controller_port=taken,
+        start_timeout_s=60,
+    )  # fmt: skip
+    with pytest.raises(BrokerError) as error:
+        LocalBroker(settings).start()
+    assert "broker" in str(error.value)
+    LocalBroker(settings).stop()
+
+
+def test_up_check_starts_and_cleans_up(tmp_path: Path) -> None:
+    env = dict(
+        os.environ,
+        KAFKRON_BROKER_HOME=str(tmp_path / "up-broker"),
+        KAFKRON_BROKER_LIBS_DIR=str(LIBS),
+        KAFKRON_BROKER_PORT=str(free_port()),
+        KAFKRON_NAMESPACE="upcheck.",
+        KAFKRON_PARTITIONS="2",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "up", "--check"],
+        env=env, capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[kafkron] ready:" in done.stdout
+    assert "upcheck.jobs" in done.stdout
+    assert LocalBroker(BrokerSettings(home=tmp_path / "up-broker")).running_state() is None
