@@ -19,7 +19,9 @@ class PipeFigures:
     consume_per_s: float
 
 
-def measure_pipe(bootstrap: str, records: int, partitions: int = 12, size: int = 100) -> PipeFigures:
+def measure_pipe(
+    bootstrap: str, records: int, partitions: int = 12, size: int = 100
+) -> PipeFigures:
     """Produce ``records`` keyed records of ``size`` bytes to a fresh topic, then consume them."""
     topic = f"bench.pipe.{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -150,8 +150,10 @@ class LocalBroker:
         config_dir = self.home / "config"
         config_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        props = (_HERE / "server.properties").read_text().format(
-            port=port, controller_port=controller_port, data_dir=self.home / "data"
+        props = (
+            (_HERE / "server.properties")
+            .read_text()
+            .format(port=port, controller_port=controller_port, data_dir=self.home / "data")
         )
         (config_dir / "server.properties").write_text(props)
         log4j = (_HERE / "log4j2.properties").read_text().format(log_dir=self.log_dir)

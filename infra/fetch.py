@@ -45,7 +45,9 @@ def fetch_jars(settings: BrokerSettings) -> Path:
     if marker.exists() and marker.read_text() == wanted:
         return libs
     if java_major_version() < 17:
-        raise BrokerError("Kafka 4.x needs Java 17 or newer: apt-get install openjdk-17-jre-headless")
+        raise BrokerError(
+            "Kafka 4.x needs Java 17 or newer: apt-get install openjdk-17-jre-headless"
+        )
     mvn = require_tool("mvn", "apt-get install maven")
     if libs.exists():
         shutil.rmtree(libs)

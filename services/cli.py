@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from infra.broker import LocalBroker
 from infra.fetch import fetch_jars
 from infra.settings import BrokerSettings
+from services import commands
 from streams.admin import ensure_topics
 from streams.exceptions import KafkronError
 from streams.settings import KafkaSettings
@@ -27,12 +28,13 @@ def _broker(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         print("broker stopped" if broker.stop() else "no broker was running")
     else:
-        state = broker.running_state()
-        if state is None:
+        running = broker.running_state()
+        if running is None:
             print(f"no broker running from {broker.home}")
             return 1
-        ok = broker.answers(state.bootstrap)
-        print(f"broker pid {state.pid} on {state.bootstrap}: {'ready' if ok else 'NOT answering'}")
+        ok = broker.answers(running.bootstrap)
+        verdict = "ready" if ok else "NOT answering"
+        print(f"broker pid {running.pid} on {running.bootstrap}: {verdict}")
         return 0 if ok else 1
     return 0
 
@@ -70,9 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _service_commands() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
-    """Subcommands that each service contributes (imported lazily to keep start-up fast)."""
-    from services import commands
+def _service_commands() -> list[commands.Registrar]:
+    """Subcommands that each service contributes."""
 
     return commands.REGISTRARS
 

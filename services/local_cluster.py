@@ -52,7 +52,10 @@ def local_services() -> list[ServiceProcess]:
 
 
 def run_local_cluster(
-    broker_settings: BrokerSettings, kafka: KafkaSettings, *, demo: bool = False,
+    broker_settings: BrokerSettings,
+    kafka: KafkaSettings,
+    *,
+    demo: bool = False,
     check: bool = False,
 ) -> int:
     """Start broker, topics and services; print a readiness report; run until stopped."""
@@ -76,7 +79,7 @@ def run_local_cluster(
     try:
         for service in services:
             service.start(env)
-            print(f"[kafkron] started {service.name} (pid {service.process.pid if service.process else '?'})")
+            print(f"[kafkron] started {service.name}")
         if demo:
             from services import commands
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from streams.exceptions import TopicLayoutError
 from streams.settings import KafkaSettings
@@ -51,9 +51,7 @@ def _wait_visible(admin: AdminClient, names: Iterable[str]) -> None:
     raise TopicLayoutError(f"created topics did not appear in metadata within {_TIMEOUT_S}s")
 
 
-def ensure_topics(
-    settings: KafkaSettings, extra: Iterable[TopicSpec] = ()
-) -> list[TopicReport]:
+def ensure_topics(settings: KafkaSettings, extra: Iterable[TopicSpec] = ()) -> list[TopicReport]:
     """Create every kafkron topic (plus ``extra``) that is missing, all or nothing.
 
     Co-partitioned topics must share one partition count, because a job's records must land
@@ -89,6 +87,4 @@ def ensure_topics(
                 if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                     raise TopicLayoutError(f"could not create topic {name}: {exc}") from exc
         _wait_visible(admin, specs)
-    return [
-        TopicReport(name, existing.get(name, wanted), name in created) for name in specs
-    ]
+    return [TopicReport(name, existing.get(name, wanted), name in created) for name in specs]
