@@ -41,3 +41,7 @@ class DecodeError(KafkronError):
 
 class KafkaDeliveryError(KafkronError):
     """A produce, flush, commit or transaction step failed at the broker."""
+
+
+class EncodeError(KafkronError):
+    """A record does not fit its Avro schema (missing, extra or mistyped field)."""
