@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.executor.lanes import DEFAULT_MAX_PASSES, LANES, MIN_MAX_PASSES, LaneSelector
+from streams.topics import Priority
+
+HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
+ALL = frozenset(LANES)
+
+work_sets = st.frozensets(st.sampled_from(LANES))
+bounds = st.fixed_dictionaries({lane: st.integers(MIN_MAX_PASSES, 12) for lane in LANES})
+
+
+def simulate(selector: LaneSelector, steps: list[frozenset[Priority]]) -> dict[Priority, int]:
+    """Longest run of picks that passed over each lane while it had work."""
+    run = dict.fromkeys(LANES, 0)
+    longest = dict.fromkeys(LANES, 0)
+    for has_work in steps:
+        chosen = selector.pick(has_work)
+        for lane in LANES:
+            run[lane] = run[lane] + 1 if lane in has_work and lane is not chosen else 0
+            longest[lane] = max(longest[lane], run[lane])
+    return longest
+
+
+@settings(max_examples=300, deadline=None)
+@given(max_passes=bounds, steps=st.lists(work_sets, max_size=400))
+def test_no_lane_with_work_is_passed_over_more_than_its_bound(
+    max_passes: dict[Priority, int], steps: list[frozenset[Priority]]
+) -> None:
+    longest = simulate(LaneSelector(max_passes), steps)
+    for lane in LANES:
+        assert longest[lane] <= max_passes[lane], (lane, longest, max_passes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(max_passes=bounds, steps=st.lists(work_sets, max_size=200))
+def test_picks_a_lane_with_work_and_higher_priority_unless_one_is_overdue(
+    max_passes: dict[Priority, int], steps: list[frozenset[Priority]]
+) -> None:
+    selector = LaneSelector(max_passes)
+    for has_work in steps:
+        before = {lane: selector.passes(lane) for lane in LANES}
+        chosen = selector.pick(has_work)
+        if not has_work:
+            assert chosen is None
+            continue
+        assert chosen in has_work
+        highest = next(lane for lane in LANES if lane in has_work)
+        if chosen is not highest:
+            # Only an overdue lane may jump the queue: its threshold is max_passes - (n - 2).
+            assert before[chosen] >= max_passes[chosen] - (len(LANES) - 2)
+
+
+@pytest.mark.parametrize("bound", [2, 3, 5, 9])
+def test_the_bound_is_tight_when_all_lanes_are_saturated(bound: int) -> None:
+    max_passes = {HIGH: bound, NORMAL: bound, LOW: bound}
+    longest = simulate(LaneSelector(max_passes), [ALL] * 1000)
+    assert longest[LOW] == bound  # reached, never exceeded
+
+
+def test_strict_priority_while_nobody_waits_long() -> None:
+    selector = LaneSelector()
+    assert [selector.pick({HIGH, LOW}) for _ in range(3)] == [HIGH, HIGH, HIGH]
+    assert selector.pick({NORMAL, LOW}) is NORMAL
+    assert selector.pick({LOW}) is LOW
+    assert selector.pick(set()) is None
+
+
+def test_a_waiting_low_event_gets_its_turn_under_a_flood_of_high() -> None:
+    selector = LaneSelector({LOW: 4})
+    picks = [selector.pick({HIGH, LOW}) for _ in range(10)]
+    assert picks == [HIGH, HIGH, HIGH, LOW, HIGH, HIGH, HIGH, LOW, HIGH, HIGH]
+
+
+def test_saturated_shares_follow_priority_with_the_defaults() -> None:
+    selector = LaneSelector()
+    shares = Counter(selector.pick(ALL) for _ in range(10_000))
+    assert shares[HIGH] > shares[NORMAL] > shares[LOW] > 0
+    longest = simulate(LaneSelector(), [ALL] * 10_000)
+    assert all(longest[lane] <= DEFAULT_MAX_PASSES[lane] for lane in LANES)
+
+
+def test_reset_forgets_waiting() -> None:
+    selector = LaneSelector({LOW: 3})
+    selector.pick({HIGH, LOW})
+    assert selector.passes(LOW) == 1
+    selector.reset()
+    assert selector.passes(LOW) == 0
+
+
+def test_a_bound_below_lanes_minus_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 2"):
+        LaneSelector({NORMAL: 1})
