@@ -1,0 +1,7 @@
+"""The executor: runs registered handlers for due events, with deadlines, retries and lanes.
+
+One module per concern, independent of the Kafka loop: ``handlers`` (registry),
+``handler_kinds`` (http, kafka), ``context``, ``runner`` and ``sync_pool`` (running one
+attempt), ``backoff`` (retry timing), ``lanes`` (priority selection), ``offsets`` (what to
+commit) and ``exceptions``.
+"""
