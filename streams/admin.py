@@ -51,6 +51,23 @@ def _wait_visible(admin: AdminClient, names: Iterable[str]) -> None:
     raise TopicLayoutError(f"created topics did not appear in metadata within {_TIMEOUT_S}s")
 
 
+def _check_co_partitioning(
+    existing: dict[str, int],
+    specs: dict[str, TopicSpec],
+    wanted: int,
+    outcome: str = "Nothing was changed.",
+) -> None:
+    for name, count in sorted(existing.items()):
+        if specs[name].co_partitioned and count != wanted:
+            peers = [f"{n}={c}" for n, c in sorted(existing.items()) if n != name]
+            raise TopicLayoutError(
+                f"topic {name} has {count} partitions but kafkron is configured for {wanted} "
+                f"(existing peers: {', '.join(peers) or 'none'}); co-partitioned topics must "
+                f"share one count. Set KAFKRON_PARTITIONS to match, or recreate the topics. "
+                f"{outcome}"
+            )
+
+
 def ensure_topics(settings: KafkaSettings, extra: Iterable[TopicSpec] = ()) -> list[TopicReport]:
     """Create every kafkron topic (plus ``extra``) that is missing, all or nothing.
 
@@ -63,15 +80,7 @@ def ensure_topics(settings: KafkaSettings, extra: Iterable[TopicSpec] = ()) -> l
     admin = admin_client(settings)
     existing = existing_partition_counts(admin, specs)
     wanted = settings.partitions
-    for name, count in sorted(existing.items()):
-        if specs[name].co_partitioned and count != wanted:
-            peers = [f"{n}={c}" for n, c in sorted(existing.items()) if n != name]
-            raise TopicLayoutError(
-                f"topic {name} has {count} partitions but kafkron is configured for {wanted} "
-                f"(existing peers: {', '.join(peers) or 'none'}); co-partitioned topics must "
-                "share one count. Set KAFKRON_PARTITIONS to match, or recreate the topics. "
-                "Nothing was changed."
-            )
+    _check_co_partitioning(existing, specs, settings.partitions)
     missing = [
         NewTopic(name, num_partitions=wanted, replication_factor=settings.replication_factor,
                  config=spec.configs())
@@ -87,4 +96,11 @@ def ensure_topics(settings: KafkaSettings, extra: Iterable[TopicSpec] = ()) -> l
                 if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                     raise TopicLayoutError(f"could not create topic {name}: {exc}") from exc
         _wait_visible(admin, specs)
+        # A topic created concurrently by someone else ("already exists") may differ.
+        _check_co_partitioning(
+            existing_partition_counts(admin, specs),
+            specs,
+            wanted,
+            "Another client created it concurrently; the missing topics were created.",
+        )
     return [TopicReport(name, existing.get(name, wanted), name in created) for name in specs]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka.admin import NewTopic
 
@@ -41,6 +43,8 @@ def test_mismatched_partition_count_fails_and_changes_nothing(
     admin.create_topics([NewTopic(names.retry, num_partitions=2, replication_factor=1)])[
         names.retry
     ].result()
+    while names.retry not in existing_partition_counts(admin, [names.retry]):
+        time.sleep(0.05)  # creation returns before the broker's metadata lists the topic
     with pytest.raises(TopicLayoutError) as error:
         ensure_topics(kafka_settings)
     assert names.retry in str(error.value) and "2 partitions" in str(error.value)
