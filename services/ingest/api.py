@@ -1,0 +1,211 @@
+"""The REST API of kafkron (seed design 002): create, inspect and command jobs.
+
+Writes go through :class:`~services.ingest.client.KafkronClient`; reads come from the
+:class:`~services.ingest.view.StatusView`, never from topics. Validation errors answer 422
+in FastAPI's shape (``detail: [{loc, msg, type}]``, ``loc`` naming the field).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from services.ingest.client import CommandReceipt, KafkronClient, SubmitReceipt
+from services.ingest.exceptions import (
+    JobConflictError,
+    JobNotFoundError,
+    JobRequestError,
+    ViewNotReadyError,
+)
+from services.ingest.presenters import dead_letter_body, iso, job_body
+from services.ingest.settings import IngestSettings
+from services.ingest.validation import parse_job_create
+from services.ingest.view import StatusView
+from services.ingest.view_store import InvalidCursorError
+from streams.codec import Codec
+from streams.exceptions import KafkaDeliveryError
+
+MAX_IDEMPOTENCY_KEY_LENGTH = 200
+# JSON framing around the payload limit: the other fields of a request are small.
+_BODY_OVERHEAD_BYTES = 64 * 1024
+
+
+def _unprocessable(errors: list[dict[str, Any]], prefix: str) -> JSONResponse:
+    detail = [{**e, "loc": [prefix, *e["loc"]]} for e in errors]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _invalid(prefix: str, loc: list[str], message: str, kind: str, value: Any) -> JSONResponse:
+    """A 422 with one error, shaped like FastAPI's own."""
+    return _unprocessable(JobRequestError.at(loc, message, value, kind).errors, prefix)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    def handler(status: int) -> Any:
+        async def handle(request: Request, exc: Exception) -> JSONResponse:
+            headers = {"Retry-After": "1"} if status == 503 else None
+            return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+        return handle
+
+    async def request_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, JobRequestError)
+        return _unprocessable(exc.errors, "body")
+
+    async def delivery_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, KafkaDeliveryError)
+        status = 503 if exc.retryable else 500
+        return await handler(status)(request, exc)  # type: ignore[no-any-return]
+
+    app.add_exception_handler(JobRequestError, request_error)
+    app.add_exception_handler(JobNotFoundError, handler(404))
+    app.add_exception_handler(JobConflictError, handler(409))
+    app.add_exception_handler(ViewNotReadyError, handler(503))
+    app.add_exception_handler(KafkaDeliveryError, delivery_error)
+
+
+def _submit_body(receipt: SubmitReceipt) -> dict[str, Any]:
+    return {
+        "job_id": receipt.job_id,
+        "status": receipt.status,
+        "next_run_at": iso(receipt.next_run_at_ms),
+    }
+
+
+def _command_body(receipt: CommandReceipt) -> dict[str, Any]:
+    body: dict[str, Any] = {"job_id": receipt.job_id, "status": receipt.status}
+    if receipt.manual_fire_at_ms is not None:
+        body["manual_fire_at"] = iso(receipt.manual_fire_at_ms)
+    return body
+
+
+def _submit(client: KafkronClient, body: Any, idempotency_key: str | None) -> SubmitReceipt:
+    return client.submit(parse_job_create(body), idempotency_key=idempotency_key)
+
+
+def create_app(settings: IngestSettings) -> FastAPI:
+    """The ingest API; its lifespan starts the status view and the producer and stops them."""
+    codec = Codec.from_directory()
+    max_body_bytes = settings.max_payload_bytes * 2 + _BODY_OVERHEAD_BYTES
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        view = StatusView(settings, codec).start()
+        client = KafkronClient(settings, lookup=view, codec=codec)
+        app.state.view, app.state.client = view, client
+        try:
+            yield
+        finally:
+            try:
+                client.close()
+            finally:
+                view.close()
+
+    app = FastAPI(title="kafkron", version="1", lifespan=lifespan)
+    _install_error_handlers(app)
+
+    def client_of(request: Request) -> KafkronClient:
+        client: KafkronClient = request.app.state.client
+        return client
+
+    def view_of(request: Request) -> StatusView:
+        view: StatusView = request.app.state.view
+        return view
+
+    @app.post("/api/jobs", status_code=201)
+    async def create_job(
+        request: Request,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> JSONResponse:
+        """Create a job; a repeat with the same Idempotency-Key returns the first answer."""
+        key_length = len(idempotency_key) if idempotency_key is not None else 1
+        if not 0 < key_length <= MAX_IDEMPOTENCY_KEY_LENGTH:
+            message = f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters"
+            return _invalid("header", ["idempotency-key"], message, "string_too_long", None)
+        declared = request.headers.get("content-length", "0")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            message = f"request body of {declared} bytes is over {max_body_bytes}"
+            return JSONResponse({"detail": message}, status_code=413)
+        raw = await request.body()
+        if len(raw) > max_body_bytes:
+            message = f"request body of {len(raw)} bytes is over {max_body_bytes}"
+            return JSONResponse({"detail": message}, status_code=413)
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return _invalid("body", [], f"JSON decode error: {exc}", "json_invalid", None)
+        receipt = await run_in_threadpool(_submit, client_of(request), body, idempotency_key)
+        return JSONResponse(_submit_body(receipt), status_code=201 if receipt.created else 200)
+
+    @app.get("/api/jobs/{job_id}")
+    def get_job(job_id: str, request: Request) -> dict[str, Any]:
+        """The job's definition, state, next run and recent executions."""
+        view = view_of(request)
+        # Read-your-writes for commands this instance wrote (no broker round trip).
+        written = client_of(request).written_through(job_id)
+        if written and not view.wait_for_offsets(written, settings.view_catch_up_timeout_s):
+            raise ViewNotReadyError(f"the status view has not yet read job {job_id}'s last write")
+        job = view.job(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        now_ms = time.time_ns() // 1_000_000
+        return job_body(job, view.executions(job_id), view.running(job_id), now_ms)
+
+    @app.delete("/api/jobs/{job_id}")
+    def cancel_job(job_id: str, request: Request) -> dict[str, Any]:
+        """Cancel (compare-and-set to CANCELLED); 409 while an execution is RUNNING."""
+        return _command_body(client_of(request).cancel(job_id))
+
+    @app.post("/api/jobs/{job_id}/trigger")
+    def trigger_job(job_id: str, request: Request) -> dict[str, Any]:
+        """Fire the job once now, besides its schedule."""
+        return _command_body(client_of(request).trigger_now(job_id))
+
+    @app.post("/api/jobs/{job_id}/pause")
+    def pause_job(job_id: str, request: Request) -> dict[str, Any]:
+        """Stop firing the job until it is resumed."""
+        return _command_body(client_of(request).pause(job_id))
+
+    @app.post("/api/jobs/{job_id}/resume")
+    def resume_job(job_id: str, request: Request) -> dict[str, Any]:
+        """Fire a paused job again from its next tick."""
+        return _command_body(client_of(request).resume(job_id))
+
+    @app.get("/api/dead-letter", response_model=None)
+    def dead_letters(
+        request: Request,
+        cursor: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 20,
+    ) -> dict[str, Any] | JSONResponse:
+        """Dead-lettered executions and records, newest first, cursor-paginated."""
+        try:
+            items, next_cursor = view_of(request).dead_letters(cursor, limit)
+        except InvalidCursorError as exc:
+            return _invalid("query", ["cursor"], str(exc), "value_error", cursor)
+        return {"items": [dead_letter_body(i) for i in items], "next_cursor": next_cursor}
+
+    @app.get("/healthz", response_model=None)
+    def healthz(request: Request) -> JSONResponse:
+        """200 when the view is caught up and consuming and the producer is healthy."""
+        view, client = view_of(request), client_of(request)
+        checks = {
+            "view_ready": view.ready,
+            "view_consuming": view.alive and view.last_error is None,
+            "producer": client.healthy,
+        }
+        body = {
+            "status": "ok" if all(checks.values()) else "unavailable",
+            **checks,
+            "view_error": view.last_error,
+            "undecodable_records": view.undecodable_count(),
+        }
+        return JSONResponse(body, status_code=200 if all(checks.values()) else 503)
+
+    return app

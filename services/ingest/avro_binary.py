@@ -1,0 +1,185 @@
+"""Avro binary encoding of Job records for the bulk path: constant runs encoded once.
+
+A Job record's bytes are its fields' encodings in schema order, so the fields that differ
+per job (:data:`PER_JOB_FIELDS`) can be encoded alone and joined with pre-encoded runs of
+the constant ones. The schema comes from ``schemas/``; a change to the per-job fields'
+types makes :attr:`JobLayout.usable` False and the bulk path steps aside.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from schemas import SCHEMA_DIR
+from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+
+# Record fields encoded per job, with the Avro types this module encodes them as.
+PER_JOB_FIELDS: dict[str, Any] = {
+    "job_id": "string",
+    "version": "long",
+    "payload": "bytes",
+    "run_at_ms": ["null", "long"],
+    "created_at_ms": "long",
+    "updated_at_ms": "long",
+}
+
+NULL_BRANCH, LONG_BRANCH = b"\x00", b"\x02"  # union branch 0 (null) and branch 1
+
+
+def _varint(z: int) -> bytes:
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_HIGH_GROUPS: dict[int, bytes] = {}
+SMALL_VARINTS = [_varint(z) for z in range(0x4000)]  # every 1- and 2-byte varint
+
+
+def avro_long(n: int) -> bytes:
+    """Zig-zag varint of a long, as Avro writes it.
+
+    Timestamps and versions are large and close together, so the varint of all but their
+    lowest 14 bits is cached (the hot path encodes three such numbers per job).
+    """
+    z = (n << 1) ^ (n >> 63)
+    if z < 0x4000:
+        return SMALL_VARINTS[z]
+    high = z >> 14
+    tail = _HIGH_GROUPS.get(high)
+    if tail is None:
+        if len(_HIGH_GROUPS) > 4096:
+            _HIGH_GROUPS.clear()
+        tail = _HIGH_GROUPS[high] = _varint(high)
+    return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80)) + tail
+
+
+def avro_bytes(data: bytes) -> bytes:
+    """Avro bytes (or an encoded string): length, then the data."""
+    return avro_long(len(data)) + data
+
+
+def avro_value(schema: Any, value: Any, named: Mapping[str, Any]) -> bytes:
+    """``value`` encoded by ``schema`` (JSON schema form); only for constant fields."""
+    if isinstance(schema, str) and schema in named:
+        schema = named[schema]
+    kind = (
+        schema
+        if isinstance(schema, str)
+        else schema.get("type")
+        if isinstance(schema, dict)
+        else "union"
+    )
+    if kind == "null":
+        return b""
+    if kind == "boolean":
+        return b"\x01" if value else b"\x00"
+    if kind in ("int", "long"):
+        return avro_long(value)
+    if kind == "double":
+        return struct.pack("<d", value)
+    if kind == "string":
+        return avro_bytes(value.encode())
+    if kind == "bytes":
+        return avro_bytes(value)
+    if kind == "enum":
+        return avro_long(schema["symbols"].index(value))
+    if kind == "record":
+        return b"".join(avro_value(f["type"], value[f["name"]], named) for f in schema["fields"])
+    if kind == "array":
+        items = [avro_value(schema["items"], v, named) for v in value]
+        return (avro_long(len(items)) + b"".join(items) if items else b"") + b"\x00"
+    if kind == "map":
+        entries = [
+            avro_bytes(k.encode()) + avro_value(schema["values"], v, named)
+            for k, v in value.items()
+        ]
+        return (avro_long(len(entries)) + b"".join(entries) if entries else b"") + b"\x00"
+    if kind == "union":
+        index = _union_branch(schema, value, named)
+        return avro_long(index) + avro_value(schema[index], value, named)
+    raise ValueError(f"avro type {kind!r} is not supported by the bulk encoder")
+
+
+def _union_branch(union: list[Any], value: Any, named: Mapping[str, Any]) -> int:
+    for index, branch in enumerate(union):
+        resolved = named.get(branch, branch) if isinstance(branch, str) else branch
+        kind = resolved if isinstance(resolved, str) else resolved.get("type")
+        if value is None and kind == "null":
+            return index
+        if value is not None and kind in _PY_TYPES and isinstance(value, _PY_TYPES[kind]):
+            return index
+    raise ValueError(f"no branch of {union} for {value!r}")
+
+
+_PY_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str, "long": int, "int": int, "bytes": bytes, "double": float,
+    "boolean": bool, "record": dict, "enum": str, "map": dict, "array": list,
+}  # fmt: skip
+
+
+def _collect_named(schema: Any, named: dict[str, Any]) -> None:
+    if isinstance(schema, list):
+        for branch in schema:
+            _collect_named(branch, named)
+    elif isinstance(schema, dict):
+        if schema.get("type") in ("record", "enum", "fixed") and "name" in schema:
+            named[schema["name"]] = schema
+            named[f"{schema.get('namespace', 'kafkron')}.{schema['name']}"] = schema
+        for field in schema.get("fields", []):
+            _collect_named(field["type"], named)
+        for key in ("items", "values"):
+            if key in schema:
+                _collect_named(schema[key], named)
+
+
+class JobLayout:
+    """The writer schema's field order split into constant runs and per-job fields."""
+
+    def __init__(self, codec: Codec) -> None:
+        version = codec.writer_version(RecordKind.JOB)
+        schema = json.loads((SCHEMA_DIR / f"job.v{version}.avsc").read_text(encoding="utf-8"))
+        self.fields: list[dict[str, Any]] = schema["fields"]
+        self.named: dict[str, Any] = {}
+        _collect_named(schema, self.named)
+        self.header = SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(RecordKind.JOB)
+        self.usable = all(
+            f["type"] == PER_JOB_FIELDS[f["name"]]
+            for f in self.fields
+            if f["name"] in PER_JOB_FIELDS
+        ) and {f["name"] for f in self.fields} >= set(PER_JOB_FIELDS)
+
+    def slots(self, template: Mapping[str, Any]) -> tuple[list[bytes], list[str]]:
+        """Constant encoded runs and the per-job field names between them, in field order.
+
+        ``consts[i]`` precedes ``names[i]``; ``consts`` has one more item (the tail).
+        """
+        consts: list[bytes] = [self.header]
+        names: list[str] = []
+        for field in self.fields:
+            name = field["name"]
+            if name in PER_JOB_FIELDS:
+                names.append(name)
+                consts.append(b"")
+            else:
+                consts[-1] += avro_value(field["type"], template[name], self.named)
+        return consts, names
+
+
+def encode_per_job_field(name: str, value: Any) -> bytes:
+    if name == "job_id":
+        return avro_bytes(value.encode())
+    if name == "payload":
+        return avro_bytes(value)
+    if name == "run_at_ms":
+        return NULL_BRANCH if value is None else LONG_BRANCH + avro_long(value)
+    return avro_long(value)
+
+
+KNOWN_ORDER = ["job_id", "version", "payload", "run_at_ms", "created_at_ms", "updated_at_ms"]

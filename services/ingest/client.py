@@ -1,0 +1,345 @@
+"""The kafkron client library: create jobs and command existing ones, from any service.
+
+``KafkronClient`` validates each request like the REST API does, writes the Job state record
+to ``jobs`` and returns only once it is durable (idempotent producer, ``acks=all``).
+
+Where the current state of a job comes from (needed to cancel, pause, resume or trigger it,
+and to answer a repeated create): a :class:`JobStateLookup`. The REST API passes its own
+:class:`~services.ingest.view.StatusView`. A client built without one opens a private
+StatusView on ``settings.view_path`` the first time it needs state (never for a create
+without idempotency key or job id, nor for ``submit_many``); it catches up from its stored
+offsets, so keep that directory across restarts. Before reading, a command waits until the
+view has applied everything committed to the job's partitions at that moment.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from services.ingest.bulk import BulkJobBuilder, fast_job_ids
+from services.ingest.commands import (
+    JobRecord,
+    cancel_record,
+    first_run_at_ms,
+    job_id_for_key,
+    new_job_id,
+    pause_record,
+    request_hash,
+    resume_record,
+    submit_record,
+    trigger_record,
+)
+from services.ingest.exceptions import (
+    JobConflictError,
+    JobNotFoundError,
+    JobRequestError,
+    ViewNotReadyError,
+)
+from services.ingest.producer import CommandProducer, Delivered, partition_for_key
+from services.ingest.settings import IngestSettings
+from services.ingest.validation import JobCreate, check_limits, parse_job_create
+from streams.codec import Codec, RecordKind
+from streams.records import JobStatus
+from streams.topics import TopicNames
+
+if TYPE_CHECKING:
+    from services.ingest.view import StatusView
+
+JobRequest = JobCreate | Mapping[str, Any]
+
+
+class JobStateLookup(Protocol):
+    """Current job state as a status view knows it."""
+
+    def job(self, job_id: str) -> dict[str, Any] | None: ...
+
+    def running(self, job_id: str) -> dict[str, int]: ...
+
+    def wait_until_caught_up(
+        self, timeout_s: float, partitions: Collection[tuple[str, int]] | None = None
+    ) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitReceipt:
+    """The answer to a create: ``created`` is False when it repeated an earlier create."""
+
+    job_id: str
+    status: str
+    next_run_at_ms: int | None
+    created: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CommandReceipt:
+    """The answer to a command: ``changed`` is False when the job was already in that state."""
+
+    job_id: str
+    status: str
+    changed: bool
+    manual_fire_at_ms: int | None = None
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class KafkronClient:
+    """Creates and commands jobs; thread-safe; ``close()`` it when done."""
+
+    def __init__(
+        self,
+        settings: IngestSettings,
+        *,
+        lookup: JobStateLookup | None = None,
+        codec: Codec | None = None,
+        clock_us: Callable[[], int] = _now_us,
+    ) -> None:
+        self._settings = settings
+        self._codec = codec or Codec.from_directory()
+        self._names = TopicNames(settings.kafka.namespace)
+        self._lookup = lookup
+        self._owned_view: StatusView | None = None
+        self._state_lock = threading.Lock()
+        self._written: dict[tuple[str, int], int] = {}
+        self._clock_us = clock_us
+        self._bulk = BulkJobBuilder(settings, self._codec)
+        self._producer = CommandProducer(
+            settings.kafka, delivery_timeout_s=settings.delivery_timeout_s
+        )
+
+    @property
+    def healthy(self) -> bool:
+        """False after a fatal producer error."""
+        return self._producer.healthy
+
+    def close(self) -> None:
+        """Deliver pending records and release the producer (and a private view)."""
+        try:
+            self._producer.close()
+        finally:
+            if self._owned_view is not None:
+                self._owned_view.close()
+                self._owned_view = None
+
+    def __enter__(self) -> KafkronClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # creates -----------------------------------------------------------------------------
+
+    def submit(self, job: JobRequest, *, idempotency_key: str | None = None) -> SubmitReceipt:
+        """Create one job; durable on return.
+
+        With ``idempotency_key`` (or an explicit ``job_id``) a repeat of the same request
+        returns the first answer with ``created=False``; the same key or job id with another
+        request raises ``JobConflictError``. Raises ``JobRequestError`` naming bad fields.
+        """
+        create = parse_job_create(job)
+        hashed = request_hash(create)
+        job_id = create.job_id
+        if job_id is None:
+            job_id = (
+                new_job_id()
+                if idempotency_key is None
+                else job_id_for_key(create.tenant, idempotency_key)
+            )
+        if idempotency_key is not None or create.job_id is not None:
+            existing = self._find(job_id, results=False)
+            if existing is not None:
+                return self._repeat(existing, idempotency_key, hashed)
+        now_us = self._clock_us()
+        check_limits(create, self._settings, now_us // 1000)
+        record = submit_record(
+            create,
+            job_id=job_id,
+            now_us=now_us,
+            retry_defaults=self._settings.default_retry,
+            idempotency_key=idempotency_key,
+            hash_of_request=hashed,
+        )
+        next_run = first_run_at_ms(record, now_us // 1000)
+        if create.cron is not None and next_run is None:
+            raise JobRequestError.at(
+                ["cron"], "the schedule has no tick after now; check expression, start and end"
+            )
+        self._write(job_id, record)
+        return SubmitReceipt(job_id, JobStatus.SCHEDULED.value, next_run)
+
+    def _repeat(
+        self, existing: Mapping[str, Any], idempotency_key: str | None, hashed: str
+    ) -> SubmitReceipt:
+        job_id = existing["job_id"]
+        if existing.get("idempotency_key") == idempotency_key:
+            if existing.get("request_hash") == hashed:
+                first = first_run_at_ms(existing, existing["created_at_ms"])
+                return SubmitReceipt(job_id, JobStatus.SCHEDULED.value, first, created=False)
+            if idempotency_key is not None:
+                raise JobConflictError(
+                    job_id,
+                    f"Idempotency-Key {idempotency_key!r} was already used with another request "
+                    f"body (job {job_id}); send the original body, or use a new key for a new job",
+                )
+        raise JobConflictError(
+            job_id, f"job {job_id} already exists; choose another job_id or leave it out"
+        )
+
+    def submit_many(self, jobs: Sequence[JobRequest]) -> list[str]:
+        """Create many jobs with one produce pass and one wait; returns their job ids.
+
+        All requests are validated before anything is written, so a bad one (its index is
+        the first element of each error's ``loc``) writes nothing. No idempotency keys and
+        no existence checks: an explicit ``job_id`` that exists is replaced by a newer
+        version (SCHEDULED again, even if it was cancelled), so re-running a load with the
+        same ids converges to the same jobs. Plain dict requests of a repeated shape take a
+        fast path without pydantic (see ``services.ingest.bulk``). At most
+        ``settings.max_jobs_per_batch`` jobs per call.
+        """
+        limit = self._settings.max_jobs_per_batch
+        if len(jobs) > limit:
+            raise JobRequestError.at(
+                [],
+                f"{len(jobs)} jobs in one batch, at most {limit} allowed; split it",
+                len(jobs),
+                "too_long",
+            )
+        now_us = self._clock_us()
+        errors: list[dict[str, Any]] = []
+        ids: list[str] = []
+        encoded: list[tuple[bytes, bytes]] = []
+        build = self._bulk.build
+        # The loop allocates two objects per job that all stay alive, so the cyclic GC would
+        # run full collections over them again and again (~10% of the time): pause it.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            # Each job gets its own clock tick: a later duplicate job_id in the batch wins.
+            fresh_ids = fast_job_ids(len(jobs))
+            for index, (job, fresh_id) in enumerate(zip(jobs, fresh_ids, strict=True)):
+                try:
+                    job_id, value = build(job, fresh_id, now_us + index)
+                except JobRequestError as exc:
+                    errors.extend({**e, "loc": [index, *e["loc"]]} for e in exc.errors)
+                    continue
+                ids.append(job_id)
+                encoded.append((job_id.encode(), value))
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        if errors:
+            raise JobRequestError(errors)
+        self._remember(self._producer.send_bulk(self._names.jobs, encoded))
+        return ids
+
+    # commands on existing jobs -----------------------------------------------------------
+
+    def cancel(self, job_id: str) -> CommandReceipt:
+        """Cancel the job (SCHEDULED or PAUSED -> CANCELLED); a repeat answers unchanged.
+
+        Raises ``JobConflictError`` while an execution runs or when the job completed.
+        """
+        current = self._current(job_id, results=True)
+        if current["status"] == JobStatus.CANCELLED:
+            return CommandReceipt(job_id, JobStatus.CANCELLED.value, changed=False)
+        running = self._state().running(job_id)
+        if running:
+            raise JobConflictError(
+                job_id,
+                f"job {job_id} has a RUNNING execution ({', '.join(sorted(running))}); it "
+                "cannot be cancelled mid-flight: retry after it finishes, or pause the job",
+            )
+        return self._apply(current, cancel_record)
+
+    def pause(self, job_id: str) -> CommandReceipt:
+        """Stop firing the job until ``resume``; a repeat answers unchanged."""
+        return self._apply(self._current(job_id, results=False), pause_record)
+
+    def resume(self, job_id: str) -> CommandReceipt:
+        """Fire a paused job again from its next tick; a repeat answers unchanged."""
+        return self._apply(self._current(job_id, results=False), resume_record)
+
+    def trigger_now(self, job_id: str) -> CommandReceipt:
+        """Fire the job once more now (``scheduled_for`` = now), besides its schedule."""
+        return self._apply(self._current(job_id, results=False), trigger_record)
+
+    def _apply(
+        self,
+        current: Mapping[str, Any],
+        build: Callable[[Mapping[str, Any], int], JobRecord | None],
+    ) -> CommandReceipt:
+        record = build(current, self._clock_us())
+        if record is None:
+            return CommandReceipt(current["job_id"], current["status"], changed=False)
+        self._write(record["job_id"], record)
+        return CommandReceipt(
+            record["job_id"], record["status"], True, record.get("manual_fire_at_ms")
+        )
+
+    # state and writes --------------------------------------------------------------------
+
+    def _write(self, job_id: str, record: JobRecord) -> Delivered:
+        value = self._codec.encode(RecordKind.JOB, record)
+        delivered = self._producer.send(self._names.jobs, job_id.encode(), value)
+        self._remember(delivered)
+        return delivered
+
+    def _remember(self, delivered: Delivered) -> None:
+        with self._state_lock:
+            for tp, offset in delivered.next_offsets().items():
+                if offset > self._written.get(tp, 0):
+                    self._written[tp] = offset
+
+    def written_through(self, job_id: str) -> dict[tuple[str, int], int]:
+        """How far a reader of the job's ``jobs`` partition must be to see this client's
+        writes (read-your-writes: pass it to ``StatusView.wait_for_offsets``)."""
+        (tp,) = self._partitions_of(job_id, results=False)
+        with self._state_lock:
+            offset = self._written.get(tp)
+        return {} if offset is None else {tp: offset}
+
+    def _state(self) -> JobStateLookup:
+        with self._state_lock:
+            if self._lookup is None:
+                from services.ingest.view import StatusView  # only when used without the API
+
+                view = StatusView(self._settings, self._codec).start()
+                self._owned_view = self._lookup = view
+            return self._lookup
+
+    def _partitions_of(self, job_id: str, results: bool) -> list[tuple[str, int]]:
+        partition = partition_for_key(job_id.encode(), self._settings.kafka.partitions)
+        topics = [self._names.jobs, self._names.job_results] if results else [self._names.jobs]
+        return [(topic, partition) for topic in topics]
+
+    def _catch_up(self, job_id: str, results: bool) -> None:
+        lookup = self._state()
+        timeout_s = self._settings.view_catch_up_timeout_s
+        if not lookup.wait_until_caught_up(timeout_s, self._partitions_of(job_id, results)):
+            raise ViewNotReadyError(
+                f"the status view did not read the latest state of job {job_id} within "
+                f"{timeout_s:g}s; retry shortly",
+                retry_after_s=1.0,
+            )
+
+    def _find(self, job_id: str, *, results: bool) -> dict[str, Any] | None:
+        """The job's state; on a miss, catch up its partition first (it may be brand new)."""
+        found = self._state().job(job_id)
+        if found is None:
+            self._catch_up(job_id, results)
+            found = self._state().job(job_id)
+        return found
+
+    def _current(self, job_id: str, *, results: bool) -> dict[str, Any]:
+        """The job's state as of now (the view caught up with its partitions first)."""
+        self._catch_up(job_id, results)
+        found = self._state().job(job_id)
+        if found is None:
+            raise JobNotFoundError(job_id)
+        return found

@@ -1,0 +1,58 @@
+"""Errors the ingest service raises; the API maps each to one HTTP status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from streams.exceptions import KafkronError
+
+
+class IngestError(KafkronError):
+    """Root of ingest's errors."""
+
+
+class JobRequestError(IngestError):
+    """A job request failed validation; ``errors`` look like pydantic's (``loc``, ``msg``).
+
+    Not retryable: the same request fails the same way. The API answers 422 with them.
+    """
+
+    def __init__(self, errors: Sequence[dict[str, Any]]) -> None:
+        self.errors = list(errors)
+        summary = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<request>'}: {e['msg']}" for e in self.errors
+        )
+        super().__init__(f"invalid job request: {summary}", retryable=False)
+
+    @classmethod
+    def at(
+        cls, loc: Sequence[str | int], message: str, value: Any = None, kind: str = "value_error"
+    ) -> JobRequestError:
+        """One error at ``loc`` (e.g. ``["cron", "end"]``), shaped like pydantic's."""
+        return cls([{"type": kind, "loc": list(loc), "msg": message, "input": value}])
+
+
+class JobNotFoundError(IngestError):
+    """No job with this id is known to the status view (404)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(
+            f"job {job_id!r} is not known; check the id, or wait if it was created a moment ago",
+            retryable=False,
+        )
+
+
+class JobConflictError(IngestError):
+    """The command contradicts the job's current state (409): the message says which."""
+
+    def __init__(self, job_id: str, message: str) -> None:
+        self.job_id = job_id
+        super().__init__(message, retryable=False)
+
+
+class ViewNotReadyError(IngestError):
+    """The status view did not catch up in time; retry shortly (503)."""
+
+    retryable = True

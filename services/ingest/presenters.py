@@ -1,0 +1,130 @@
+"""JSON bodies of the REST API, built from the view's records (times as ISO-8601 UTC)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from services.ingest.commands import first_run_at_ms
+from streams.records import JobStatus
+
+
+def iso(ms: int | None) -> str | None:
+    """Epoch ms as ``2026-07-12T02:00:00.000Z``; None stays None."""
+    if ms is None:
+        return None
+    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def schedule_type(job: Mapping[str, Any]) -> str:
+    """``one_off``, ``recurring`` or ``dependent`` (the seed design's ``type``)."""
+    if job.get("cron") is not None:
+        return "recurring"
+    return "one_off" if job.get("run_at_ms") is not None else "dependent"
+
+
+def next_run_ms(
+    job: Mapping[str, Any], executions: list[dict[str, Any]], now_ms: int
+) -> int | None:
+    """The next nominal fire of a job as the view knows it, or None when none is due.
+
+    A one-off counts as fired once any execution for its run_at exists; a cron's next tick is
+    the first after now (a late tick still due shows as past until it is recorded).
+    """
+    if job["status"] != JobStatus.SCHEDULED:
+        return None
+    if job.get("run_at_ms") is not None:
+        fired = any(e["scheduled_for_ms"] == job["run_at_ms"] for e in executions)
+        return None if fired else int(job["run_at_ms"])
+    if job.get("cron") is not None:
+        return first_run_at_ms(job, now_ms)
+    return None
+
+
+def _payload_fields(payload: bytes) -> dict[str, Any]:
+    if not payload:
+        return {"payload": None}
+    try:
+        return {"payload": json.loads(payload.decode("utf-8"))}
+    except (UnicodeDecodeError, ValueError):
+        return {"payload_b64": base64.b64encode(payload).decode()}
+
+
+def job_body(
+    job: Mapping[str, Any],
+    executions: list[dict[str, Any]],
+    running: Mapping[str, int],
+    now_ms: int,
+) -> dict[str, Any]:
+    """GET /api/jobs/{id}: definition, state, next run and recent executions."""
+    cron, retry = job.get("cron"), job["retry"]
+    return {
+        "job_id": job["job_id"],
+        "type": schedule_type(job),
+        "status": job["status"],
+        "version": job["version"],
+        "next_run_at": iso(next_run_ms(job, executions, now_ms)),
+        "running_executions": sorted(running),
+        "handler": job["handler"],
+        **_payload_fields(job["payload"]),
+        "run_at": iso(job.get("run_at_ms")),
+        "cron": None
+        if cron is None
+        else {
+            "expression": cron["expression"],
+            "timezone": cron["timezone"],
+            "start": iso(cron.get("start_ms")),
+            "end": iso(cron.get("end_ms")),
+            "fold_policy": cron["fold_policy"],
+        },
+        "depends_on": list(job["depends_on"]),
+        "priority": job["priority"],
+        "timeout_s": job["timeout_ms"] / 1000,
+        "retry": {
+            "max_attempts": retry["max_attempts"],
+            "initial_backoff_s": retry["initial_backoff_ms"] / 1000,
+            "multiplier": retry["multiplier"],
+            "max_backoff_s": retry["max_backoff_ms"] / 1000,
+            "jitter_ratio": retry["jitter_ratio"],
+        },
+        "overlap": job["overlap"],
+        "catchup": job["catchup"],
+        "catchup_window_s": job["catchup_window_ms"] / 1000,
+        "jitter_s": job["jitter_ms"] / 1000,
+        "tenant": job["tenant"],
+        "labels": dict(job["labels"]),
+        "manual_fire_at": iso(job.get("manual_fire_at_ms")),
+        "created_at": iso(job["created_at_ms"]),
+        "updated_at": iso(job["updated_at_ms"]),
+        "recent_executions": [execution_body(e) for e in executions],
+    }
+
+
+def execution_body(execution: Mapping[str, Any]) -> dict[str, Any]:
+    """One entry of ``recent_executions``."""
+    return {
+        "execution_id": execution["execution_id"],
+        "scheduled_for": iso(execution["scheduled_for_ms"]),
+        "attempt": execution["attempt"],
+        "status": execution["status"],
+        "trigger": execution["trigger"],
+        "reason": execution.get("reason"),
+        "error": execution.get("error"),
+        "worker_id": execution.get("worker_id"),
+        "started_at": iso(execution.get("started_at_ms")),
+        "finished_at": iso(execution.get("finished_at_ms")),
+        "next_attempt_at": iso(execution.get("next_attempt_at_ms")),
+        "recorded_at": iso(execution.get("recorded_at_ms")),
+    }
+
+
+def dead_letter_body(item: Mapping[str, Any]) -> dict[str, Any]:
+    """One item of GET /api/dead-letter."""
+    body = {k: v for k, v in item.items() if not k.endswith("_ms")}
+    body["scheduled_for"] = iso(item.get("scheduled_for_ms"))
+    body["dead_at"] = iso(item.get("dead_at_ms"))
+    return body

@@ -1,0 +1,247 @@
+"""Durable produce of job commands: idempotent, ``acks=all``, Java-compatible partitioning.
+
+A command counts as written only when its delivery report came back without error; the
+first delivery error of a send is raised (quix-streams' latch-and-raise pattern). A
+background thread serves delivery reports, so many threads can send at once and each waits
+only for its own records.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from streams.exceptions import KafkaDeliveryError
+from streams.settings import KafkaSettings
+
+# Operators may override these through KafkaSettings.librdkafka.
+_DEFAULTS: dict[str, Any] = {
+    "linger.ms": 5,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 500_000,
+    "queue.buffering.max.kbytes": 512 * 1024,
+}
+# Never overridable: these make a delivered command durable, ordered and routed like Java.
+_REQUIRED: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "partitioner": "murmur2_random",
+}
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's Java ``Utils.murmur2`` of ``data`` as a signed 32-bit int."""
+    m, length = 0x5BD1E995, len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    tail = length & ~3
+    for i in range(0, tail, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """The partition Java's default partitioner (and ``murmur2_random``) picks for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Where the records of one send landed: the highest offset written per partition."""
+
+    topic: str
+    offsets: dict[int, int]
+
+    def next_offsets(self) -> dict[tuple[str, int], int]:
+        """Per partition, the offset a reader must reach to have seen these records."""
+        return {(self.topic, p): o + 1 for p, o in self.offsets.items()}
+
+
+class _Deliveries:
+    """Counts the delivery reports of one send and latches its first error."""
+
+    __slots__ = ("_lock", "done", "error", "offsets", "pending")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+        self.pending = 0
+        self.error: KafkaError | None = None
+        self.offsets: dict[int, int] = {}
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        with self._lock:
+            if error is not None:
+                if self.error is None:
+                    self.error = error
+            else:
+                partition, offset = message.partition(), message.offset()
+                if partition is not None and offset is not None:
+                    self.offsets[partition] = max(offset, self.offsets.get(partition, -1))
+            self.pending -= 1
+            if self.pending == 0:
+                self.done.set()
+
+
+class _BulkDeliveries:
+    """Delivery reports of one bulk send: errors, and the last offset per partition.
+
+    Kept cheap (no lock, no counting): a partition's reports arrive in offset order and are
+    served by ``flush`` in one thread.
+    """
+
+    __slots__ = ("errors", "last_offsets")
+
+    def __init__(self) -> None:
+        self.errors: list[KafkaError] = []
+        self.last_offsets: dict[int, int] = {}
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            self.last_offsets[message.partition()] = message.offset()  # type: ignore[index,assignment]
+        else:
+            self.errors.append(error)
+
+
+class CommandProducer:
+    """Produces job commands and returns once they are durable (or raises the first error)."""
+
+    def __init__(self, kafka: KafkaSettings, *, delivery_timeout_s: float = 30.0) -> None:
+        config = {
+            **_DEFAULTS,
+            "delivery.timeout.ms": int(delivery_timeout_s * 1000),
+            **kafka.client_config(),
+            **_REQUIRED,
+        }
+        self._config = config
+        self._producer = Producer(config)
+        self._bulk: Producer | None = None
+        self._bulk_lock = threading.Lock()
+        self._timeout_s = delivery_timeout_s
+        self._stop = threading.Event()
+        self._fatal: KafkaError | None = None
+        self._poller = threading.Thread(target=self._serve, name="ingest-producer", daemon=True)
+        self._poller.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.1)
+
+    @property
+    def healthy(self) -> bool:
+        """False after a fatal producer error: restart the process."""
+        return self._fatal is None and self._poller.is_alive()
+
+    def send(self, topic: str, key: bytes, value: bytes) -> Delivered:
+        """Produce one record and wait until it is durable."""
+        return self.send_many(topic, ((key, value),))
+
+    def send_many(self, topic: str, records: Iterable[tuple[bytes, bytes]]) -> Delivered:
+        """Produce every (key, value), then wait once for all; raise the first failure.
+
+        For small batches from many threads. Records of one key keep their order
+        (idempotent producer). On an error some records may be written and others not;
+        sending the same commands again is safe.
+        """
+        deliveries = _Deliveries()
+        produce, poll = self._producer.produce, self._producer.poll
+        count = 0
+        for key, value in records:
+            while True:
+                try:
+                    produce(topic, value, key, on_delivery=deliveries)
+                    break
+                except BufferError:  # local queue full: let deliveries drain it
+                    poll(0.01)
+            count += 1
+        with deliveries._lock:
+            deliveries.pending += count
+            if deliveries.pending == 0:
+                deliveries.done.set()
+        self._wait(deliveries, count)
+        return Delivered(topic, deliveries.offsets)
+
+    def send_bulk(self, topic: str, records: Iterable[tuple[bytes, bytes]]) -> Delivered:
+        """Like ``send_many`` for bulk loads: one produce pass, one flush.
+
+        Uses a second producer whose delivery reports are served only by ``flush`` in the
+        calling thread: with the report thread of ``send`` serving 100K callbacks while
+        this thread produces, the two fight over the GIL and throughput halves.
+        """
+        producer = self._bulk_producer()
+        deliveries = _BulkDeliveries()
+        produce, poll = producer.produce, producer.poll
+        for key, value in records:
+            while True:
+                try:
+                    produce(topic, value, key, on_delivery=deliveries)
+                    break
+                except BufferError:
+                    poll(0.05)
+        remaining = producer.flush(self._timeout_s + 5.0)
+        if deliveries.errors:
+            self._raise(deliveries.errors[0])
+        if remaining:
+            raise KafkaDeliveryError(
+                f"{remaining} commands were not acknowledged within {self._timeout_s:g}s; is the"
+                " broker reachable? They may still be written: repeat with the same job ids",
+                retryable=True,
+            )
+        return Delivered(topic, deliveries.last_offsets)
+
+    def _bulk_producer(self) -> Producer:
+        with self._bulk_lock:
+            if self._bulk is None:
+                self._bulk = Producer(self._config)
+            return self._bulk
+
+    def _wait(self, deliveries: _Deliveries, count: int) -> None:
+        deadline = time.monotonic() + self._timeout_s + 5.0
+        while not deliveries.done.wait(0.05):
+            if time.monotonic() > deadline:
+                raise KafkaDeliveryError(
+                    f"{deliveries.pending} of {count} commands were not acknowledged within "
+                    f"{self._timeout_s:g}s; is the broker reachable? They may still be written:"
+                    " repeat with the same job ids or idempotency keys",
+                    retryable=True,
+                )
+        if deliveries.error is not None:
+            self._raise(deliveries.error)
+
+    def _raise(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._fatal = error
+        raise KafkaDeliveryError(
+            f"a command was not written: {error.str()} ({error.name()}); "
+            + ("retry it" if error.retriable() else "check the broker and topic settings"),
+            retryable=error.retriable(),
+        )
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Deliver what is queued, then stop the report thread."""
+        try:
+            self._producer.flush(timeout_s)
+            if self._bulk is not None:
+                self._bulk.flush(timeout_s)
+        finally:
+            self._stop.set()
+            self._poller.join(timeout=5)

@@ -1,0 +1,64 @@
+"""Settings of the ingest service (env prefix ``KAFKRON_INGEST_``); read once at the entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streams.settings import KafkaSettings
+
+
+class DefaultRetry(BaseModel):
+    """Retry policy of jobs whose request omits (part of) ``retry``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1, le=1000)
+    initial_backoff_s: float = Field(default=1.0, ge=0)
+    multiplier: float = Field(default=2.0, ge=1)
+    max_backoff_s: float = Field(default=300.0, ge=0)
+    jitter_ratio: float = Field(default=0.1, ge=0, le=1)
+
+
+class IngestSettings(BaseSettings):
+    """Everything ingest needs: HTTP address, request limits, view store and Kafka.
+
+    ``kafka`` defaults to ``KafkaSettings()`` (env prefix ``KAFKRON_``); nested values can
+    also be given as ``KAFKRON_INGEST_KAFKA__BOOTSTRAP_SERVERS`` and the like.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="KAFKRON_INGEST_", env_nested_delimiter="__", frozen=True, extra="ignore"
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    max_payload_bytes: int = Field(default=256 * 1024, ge=0)
+    # A run_at this far in the past is still accepted (and fires at once): clock skew.
+    run_at_grace_s: float = Field(default=60.0, ge=0)
+    # Where the status view's RocksDB lives; default <kafka.state_dir>/ingest-view.
+    view_dir: Path | None = None
+    default_retry: DefaultRetry = Field(default_factory=DefaultRetry)
+    max_jobs_per_batch: int = Field(default=100_000, ge=1)
+    recent_executions_per_job: int = Field(default=20, ge=1, le=1000)
+    # How long a command waits for the view to read the latest state of its job.
+    view_catch_up_timeout_s: float = Field(default=5.0, gt=0)
+    # How long a produce may take to become durable before the command fails.
+    delivery_timeout_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _backoff_bounds(self) -> IngestSettings:
+        retry = self.default_retry
+        if retry.max_backoff_s < retry.initial_backoff_s:
+            raise ValueError(
+                "default_retry.max_backoff_s must be >= default_retry.initial_backoff_s"
+            )
+        return self
+
+    @property
+    def view_path(self) -> Path:
+        """The status view's RocksDB directory."""
+        return self.view_dir if self.view_dir is not None else self.kafka.state_dir / "ingest-view"

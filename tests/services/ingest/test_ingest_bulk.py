@@ -1,0 +1,175 @@
+"""The bulk fast path equals the pydantic path byte for byte, or defers to it (pure)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import struct
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastavro import schemaless_writer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.ingest.avro_binary import avro_long
+from services.ingest.bulk import BulkJobBuilder, _Shape, fast_job_ids
+from services.ingest.exceptions import JobRequestError
+from services.ingest.settings import IngestSettings
+from streams.codec import Codec, RecordKind
+from streams.settings import KafkaSettings
+
+CODEC = Codec.from_directory()
+NOW_US = time.time_ns() // 1000
+NOW_MS = NOW_US // 1000
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory: pytest.TempPathFactory) -> BulkJobBuilder:
+    state = Path(tmp_path_factory.mktemp("bulk"))
+    kafka = KafkaSettings(bootstrap_servers="unused:1", state_dir=state)
+    return BulkJobBuilder(IngestSettings(kafka=kafka, max_payload_bytes=300), CODEC)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.text(max_size=8)
+    | st.floats(allow_nan=True, allow_infinity=True),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+requests = st.fixed_dictionaries(
+    {"handler": st.sampled_from(["reports.nightly", "a.b_c", "Bad.Name", ""])},
+    optional={
+        "job_id": st.sampled_from(["j-1", "a:b.c", "bad/id", "", "up", 7]) | st.none(),
+        "run_at": st.one_of(
+            st.integers(NOW_MS - 120_000, NOW_MS + 10**10),
+            st.sampled_from(["2030-01-01T00:00:00Z", "2030-01-01T00:00:00", "nope", True]),
+            st.none(),
+        ),
+        "payload": json_values | st.tuples(st.integers()) | st.builds(lambda: {1: "x"}),
+        "payload_b64": st.sampled_from([base64.b64encode(b"\x00\xff").decode(), "!!", 5]),
+        "priority": st.sampled_from(["HIGH", "low", "urgent"]),
+        "timeout_s": st.sampled_from([1, 2.5, -1, True, "3"]),
+        "retry": st.sampled_from(
+            [{"max_attempts": 5}, {"max_attempts": 0}, {"initial_backoff_s": 900}]
+        ),
+        "cron": st.sampled_from(
+            [
+                {"expression": "0 2 * * *"},
+                {"expression": "bad"},
+                {"expression": "* * * * *", "end": NOW_MS - 1},
+            ]
+        ),
+        "depends_on": st.sampled_from([["up"], ["j-1"], []]),
+        "labels": st.sampled_from([{"team": "data"}, {"bad key": "x"}, {"k": 1}]),
+        "tenant": st.sampled_from(["acme", "a b"]),
+    },
+)
+
+
+def slow(builder: BulkJobBuilder, request: Any, job_id: str) -> bytes | JobRequestError:
+    try:
+        return builder._slow(request, job_id, NOW_US)[1]
+    except JobRequestError as exc:
+        return exc
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=requests)
+def test_fast_path_equals_the_pydantic_path_or_defers(
+    builder: BulkJobBuilder, request: dict[str, Any]
+) -> None:
+    fast = builder._fast(dict(request), "generated-1", NOW_US)
+    expected = slow(builder, request, "generated-1")
+    if fast is not None:
+        assert not isinstance(expected, JobRequestError), expected
+        assert fast[1] == expected
+    built: Any
+    try:
+        built = builder.build(request, "generated-1", NOW_US)[1]
+    except JobRequestError as exc:
+        built = exc
+    assert type(built) is type(expected)
+    if isinstance(expected, JobRequestError):
+        assert isinstance(built, JobRequestError)
+        assert built.errors == expected.errors
+    else:
+        assert built == expected
+
+
+def test_plain_bulk_requests_take_the_fast_path(
+    builder: BulkJobBuilder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR)
+    shapes: list[dict[str, Any]] = [
+        {"handler": "a.b", "run_at": NOW_MS + 1, "payload": {"i": 1, "s": "zoë"}},
+        {"handler": "a.b", "run_at": "2030-01-01T00:00:00+02:00", "job_id": "x-1"},
+        {
+            "handler": "a.b",
+            "cron": {"expression": "*/5 * * * *", "timezone": "Europe/Berlin"},
+            "payload_b64": "AAEC",
+            "labels": {"a": "b"},
+            "retry": {"max_attempts": 9},
+        },
+        {"handler": "a.b", "depends_on": ["up"], "priority": "HIGH", "payload": [1, 2.5, None]},
+    ]
+    for request in shapes:
+        for i in range(3):
+            fast = builder._fast(dict(request), f"gen-{i}", NOW_US + i)
+            assert fast is not None, request
+            assert fast[1] == builder._slow(request, f"gen-{i}", NOW_US + i)[1]
+    assert "differs" not in caplog.text
+
+
+def test_generic_field_order_encoding_matches(tmp_path: Path) -> None:
+    kafka = KafkaSettings(bootstrap_servers="unused:1", state_dir=tmp_path)
+    builder = BulkJobBuilder(IngestSettings(kafka=kafka), CODEC)
+    request = {"handler": "a.b", "run_at": NOW_MS + 5, "payload": {"k": "v"}}
+    builder._fast(dict(request), "j", NOW_US)
+    shape = next(s for s in builder._shapes.values() if s is not None)
+    generic = _Shape(shape.consts, list(shape.names), True, frozenset(), None, [True])
+    encoded = generic.encode("j", NOW_US, b'{"k":"v"}', NOW_MS + 5, NOW_MS)
+    assert encoded == builder._slow(request, "j", NOW_US)[1]
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_avro_long_matches_fastavro(n: int) -> None:
+    buf = BytesIO()
+    schemaless_writer(buf, "long", n)
+    assert avro_long(n) == buf.getvalue()
+
+
+def test_fast_job_ids_are_uuid4_strings() -> None:
+    import uuid
+
+    ids = list(fast_job_ids(1000))
+    assert len(set(ids)) == 1000
+    for value in ids[:50]:
+        parsed = uuid.UUID(value)
+        assert str(parsed) == value
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+
+
+def test_double_and_nested_constants_round_trip(builder: BulkJobBuilder) -> None:
+    request = {
+        "handler": "a.b",
+        "run_at": NOW_MS + 5,
+        "retry": {"multiplier": 1.7},
+        "labels": {f"k{i}": "v" * i for i in range(70 // 7)},
+    }
+    fast = builder._fast(dict(request), "j", NOW_US)
+    assert fast is not None
+    record = CODEC.decode(RecordKind.JOB, fast[1])
+    assert record["retry"]["multiplier"] == 1.7
+    assert struct.pack("<d", 1.7) in fast[1]
+    assert record["labels"] == request["labels"]
