@@ -1,0 +1,148 @@
+"""What a processor did since its last commit, and the one place that commits it.
+
+Inputs read, outputs produced, store writes and their changelog records all belong to one
+Kafka transaction; :meth:`Checkpoint.commit` spells out the order that keeps them exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from streams.exceptions import KafkronError
+from streams.kafka.errors import KafkaOperationError
+from streams.kafka.producer import TransactionalProducer
+from streams.state.store import Store
+from streams.state.transaction import StoreTransaction
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointAbortedError(KafkronError):
+    """The Kafka transaction was aborted: store writes were dropped and the input rewound.
+
+    Nothing is lost: the records since the last commit are read and processed again.
+    """
+
+    retryable = True
+
+
+class Checkpoint:
+    """Input positions, store transactions and the open Kafka transaction since the last commit."""
+
+    def __init__(
+        self, producer: TransactionalProducer, consumer: Consumer, commit_interval_ms: int
+    ) -> None:
+        self._producer = producer
+        self._consumer = consumer
+        self._interval_s = commit_interval_ms / 1000
+        self._started_at = time.monotonic()
+        self._commit_requested = False
+        self._first_offsets: dict[tuple[str, int], int] = {}
+        self._last_offsets: dict[tuple[str, int], int] = {}
+        self._transactions: dict[tuple[str, int], StoreTransaction] = {}
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing was read, written or produced since the last commit."""
+        return not (self._last_offsets or self._transactions or self._producer.in_transaction)
+
+    def store_transaction(self, store: Store, partition: int) -> StoreTransaction:
+        """The open transaction of one store partition (begun on first use)."""
+        key = (store.name, partition)
+        transaction = self._transactions.get(key)
+        if transaction is None:
+            transaction = store.partition(partition).begin()
+            self._transactions[key] = transaction
+        return transaction
+
+    def note_consumed(self, first_offsets: dict[tuple[str, int], int]) -> None:
+        """Remember the first offset consumed per (topic, partition): the rewind point on abort.
+
+        Called for every consumed batch before processing it, so records fetched but not yet
+        processed when the transaction aborts are read again too.
+        """
+        for key, offset in first_offsets.items():
+            self._first_offsets.setdefault(key, offset)
+
+    def record_offset(self, topic: str, partition: int, offset: int) -> None:
+        """Mark one input record as processed."""
+        self._last_offsets[(topic, partition)] = offset
+
+    def request_commit(self) -> None:
+        """Ask for a commit at the end of the current batch (e.g. after firing timers)."""
+        self._commit_requested = True
+
+    def due(self) -> bool:
+        """True when a commit was requested or the commit interval elapsed, and not empty."""
+        if self.empty:
+            return False
+        return self._commit_requested or time.monotonic() - self._started_at >= self._interval_s
+
+    def commit(self) -> None:
+        """Commit everything since the last checkpoint, in this order:
+
+        1. prepare every store transaction: its dirty keys go to the store's changelog
+           partition inside the Kafka transaction;
+        2. outputs: the hooks already produced them inside the same transaction;
+        3. add the input positions to the transaction with the consumer's group metadata,
+           so a member that lost its partitions cannot commit them;
+        4. commit the transaction (flushes first; a delivery error, fencing or stale member
+           epoch aborts it, drops the store writes and rewinds the input instead);
+        5. write each store transaction to RocksDB with the changelog offset delivered for
+           its partition, in one WriteBatch per partition.
+
+        A crash before step 4 completes leaves nothing committed; a crash between 4 and 5
+        leaves a store behind its changelog, and the restore replays the difference.
+        """
+        try:
+            for transaction in self._transactions.values():  # 1
+                transaction.prepare(self._producer)
+            # 2: nothing to do here.
+            if self._last_offsets:  # 3
+                positions = [
+                    TopicPartition(topic, partition, offset + 1)
+                    for (topic, partition), offset in self._last_offsets.items()
+                ]
+                metadata = self._consumer.consumer_group_metadata()
+                self._producer.send_offsets(positions, metadata)
+            self._producer.commit()  # 4
+        except KafkaOperationError as exc:
+            self.abort()
+            raise CheckpointAbortedError(f"checkpoint aborted: {exc}") from exc
+        except BaseException:
+            self.abort()
+            raise
+        for transaction in self._transactions.values():  # 5
+            store = transaction.store
+            transaction.flush(
+                self._producer.delivered_offset(store.changelog_topic, store.partition)
+            )
+        self._reset()
+
+    def abort(self) -> None:
+        """Abort the Kafka transaction, drop the store writes and rewind the input."""
+        try:
+            self._producer.abort()
+        finally:
+            for transaction in self._transactions.values():
+                transaction.discard()
+            self._rewind()
+            self._reset()
+
+    def _rewind(self) -> None:
+        for (topic, partition), offset in self._first_offsets.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # Revoked or lost meanwhile: the next owner starts from the committed offset.
+                log.debug("not rewinding %s[%d]: %s", topic, partition, exc)
+
+    def _reset(self) -> None:
+        self._started_at = time.monotonic()
+        self._commit_requested = False
+        self._first_offsets.clear()
+        self._last_offsets.clear()
+        self._transactions.clear()

@@ -1,0 +1,1 @@
+"""Kafka plumbing for partition-owning processors: error classes, producer, consumers."""

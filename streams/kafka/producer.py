@@ -1,0 +1,252 @@
+"""A transactional producer that latches the first delivery error and remembers changelog offsets.
+
+Every record a processor writes (outputs and changelog) goes through one Kafka transaction
+together with the input offsets. librdkafka reports delivery failures asynchronously, so the
+delivery callback keeps the first error and :meth:`TransactionalProducer.commit` raises it
+instead of committing a transaction that silently lost a record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from streams.exceptions import KafkronError
+from streams.kafka.errors import ErrorKind, KafkaOperationError, operation_error
+from streams.settings import KafkaSettings
+
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
+_MAX_RESETS_PER_MINUTE = 3
+
+
+def producer_config(
+    settings: KafkaSettings, transactional_id: str, transaction_timeout_ms: int
+) -> dict[str, Any]:
+    """librdkafka config of a transactional producer; the operator's extras apply first."""
+    base = settings.client_config()
+    base.update(
+        {
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            # Java-compatible hashing, so Java and Go producers agree on partitions by key.
+            "partitioner": "murmur2_random",
+            # A SIGKILLed producer's open transaction blocks read_committed readers (and the
+            # next owner's offset fetch) until the broker aborts it after this long.
+            "transaction.timeout.ms": transaction_timeout_ms,
+        }
+    )
+    return base
+
+
+class TransactionalProducer:
+    """One transactional.id: lazily begun transactions, latched errors, delivered offsets.
+
+    ``tracked_topics`` are the changelog topics whose delivered offsets are kept per partition
+    for the current transaction (read them with :meth:`delivered_offset` after commit).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        tracked_topics: Collection[str] = (),
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._config = producer_config(settings, transactional_id, transaction_timeout_ms)
+        self._tracked = frozenset(tracked_topics)
+        self._timeout_s = timeout_s
+        self._producer = Producer(self._config)
+        self._in_transaction = False
+        self._error: KafkaOperationError | None = None
+        self._delivered: dict[tuple[str, int], int] = {}
+        self._resets: list[float] = []
+
+    @property
+    def in_transaction(self) -> bool:
+        """True between the first write of a transaction and its commit or abort."""
+        return self._in_transaction
+
+    def init(self) -> None:
+        """Register the transactional.id; aborts a previous incarnation's open transaction."""
+        self._call("init_transactions", lambda: self._producer.init_transactions(self._timeout_s))
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Write one record inside the current transaction (begun on first use)."""
+        if self._error is not None:
+            raise self._error
+        if not self._in_transaction:
+            self._begin()
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                # -1 lets the partitioner (murmur2_random) pick the partition from the key.
+                self._producer.produce(
+                    topic, value, key, -1 if partition is None else partition, self._on_delivery
+                )
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is room.
+                if time.monotonic() > deadline:
+                    raise
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and (error.fatal() or error.txn_requires_abort()):
+                    raise operation_error(f"produce to {topic}", exc) from exc
+                # Refused locally (unknown topic or partition, record too large): a caller bug.
+                raise KafkronError(
+                    f"produce to {topic} partition {partition} was refused: {exc}; check the "
+                    "topic name, the partition number and the record size"
+                ) from exc
+
+    def send_offsets(self, offsets: list[TopicPartition], group_metadata: object) -> None:
+        """Add consumer positions (next offsets to read) to the current transaction."""
+        self._begin()
+        self._call(
+            "send_offsets_to_transaction",
+            lambda: self._producer.send_offsets_to_transaction(
+                offsets, group_metadata, self._timeout_s
+            ),
+        )
+
+    def commit(self) -> None:
+        """Flush, raise a latched delivery error, then commit the transaction."""
+        if not self._in_transaction:
+            return
+        remaining = self._producer.flush(self._timeout_s)
+        self.raise_delivery_error()
+        if remaining:
+            raise KafkaOperationError(
+                "flush before commit",
+                KafkaError(
+                    KafkaError._MSG_TIMED_OUT,
+                    f"{remaining} records undelivered",
+                    txn_requires_abort=True,
+                ),
+            )
+        self._call("commit_transaction", lambda: self._producer.commit_transaction(self._timeout_s))
+        self._in_transaction = False
+
+    def abort(self) -> None:
+        """Abort the open transaction; a producer in a fatal state is replaced instead."""
+        try:
+            if self._error is not None and self._error.fatal:
+                self.reset()
+            elif self._in_transaction:
+                self._call(
+                    "abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s)
+                )
+        except KafkaOperationError as exc:
+            if not exc.fatal:
+                raise
+            self.reset()
+        finally:
+            self._in_transaction = False
+            self._error = None
+            self._delivered.clear()
+
+    def reset(self) -> None:
+        """Replace a fenced or fatally failed producer with a new one of the same id.
+
+        Typical cause: the process stalled past ``transaction.timeout.ms`` and the broker
+        aborted its transaction. Resets that repeat within a minute mean another live
+        process uses the same transactional.id; that is raised instead of fencing it back.
+        """
+        now = time.monotonic()
+        self._resets = [t for t in self._resets if now - t < 60.0] + [now]
+        if len(self._resets) > _MAX_RESETS_PER_MINUTE:
+            raise KafkaOperationError(
+                "producer reset",
+                KafkaError(
+                    KafkaError._FENCED,
+                    f"fenced {len(self._resets)} times in a minute: "
+                    "is another process running with the same instance id?",
+                    fatal=True,
+                ),
+            )
+        self._discard_client()
+        self._producer = Producer(self._config)
+        self._in_transaction = False
+        self._error = None
+        self._delivered.clear()
+        self.init()
+
+    def delivered_offset(self, topic: str, partition: int) -> int | None:
+        """Highest delivered offset of a tracked topic partition in the current transaction."""
+        return self._delivered.get((topic, partition))
+
+    def poll(self) -> None:
+        """Serve delivery callbacks without blocking."""
+        self._producer.poll(0)
+
+    def raise_delivery_error(self) -> None:
+        """Raise the first delivery error latched since the transaction began, if any."""
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Abort an open transaction (best effort) and release the client; never resets it."""
+        try:
+            if self._in_transaction and not (self._error is not None and self._error.fatal):
+                self._call(
+                    "abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s)
+                )
+        except KafkaOperationError as exc:
+            # Closing anyway: the broker aborts the transaction at its timeout.
+            log.warning("closing without a clean abort: %s", exc)
+        finally:
+            self._in_transaction = False
+            self._discard_client()
+
+    def _discard_client(self) -> None:
+        # A fenced client cannot abort or flush; drop what it still holds, then close it.
+        fatal = self._error is not None and self._error.fatal
+        try:
+            if fatal:
+                self._producer.purge()
+            self._producer.close()
+        except KafkaException:
+            if not fatal:
+                raise  # a fatal client reports its fatal error again on close
+
+    def _begin(self) -> None:
+        if self._in_transaction:
+            return
+        self._delivered.clear()
+        self._call("begin_transaction", self._producer.begin_transaction)
+        self._in_transaction = True
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            if self._error is None:
+                self._error = KafkaOperationError(f"delivery to {message.topic()}", error)
+            return
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic in self._tracked and topic is not None and offset is not None:
+            key = (topic, partition if partition is not None else -1)
+            self._delivered[key] = max(offset, self._delivered.get(key, -1))
+
+    def _call(self, action: str, step: Callable[[], _T]) -> _T:
+        """Run one transactional API call, repeating it while librdkafka says it is retriable."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                return step()
+            except KafkaException as exc:
+                error = operation_error(action, exc)
+                if error.kind is not ErrorKind.RETRIABLE or time.monotonic() > deadline:
+                    if error.fatal:
+                        self._error = error
+                    raise error from exc
+                time.sleep(0.1)

@@ -1,0 +1,80 @@
+"""What a processor's user code sees: the hooks it implements and the per-partition context."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from streams.checkpoint import Checkpoint
+from streams.exceptions import KafkronError
+from streams.kafka.producer import TransactionalProducer
+from streams.state.exceptions import StoreError
+from streams.state.store import Store
+from streams.state.transaction import StoreTransaction
+
+
+class ProcessorHooks(Protocol):
+    """The user object of a :class:`streams.processor.Processor`.
+
+    Optional extra hooks, called when defined: ``on_assigned(partition)`` once the
+    partition is restored and about to process, ``on_revoked(partition)`` after its last
+    commit (or after dropping it, when lost), before its stores close, and
+    ``on_restore_progress(progress: RecoveryProgress)`` after each restore step. Hooks run
+    on the processor's thread, one at a time.
+    """
+
+    def on_record(
+        self,
+        ctx: ProcessorContext,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+    ) -> None:
+        """Handle one input record (decode it, update stores, produce outputs)."""
+
+    def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:
+        """Wall-clock tick, every ``punctuate_interval_ms`` per owned, restored partition."""
+
+
+class ProcessorHookError(KafkronError):
+    """A hook raised: the transaction was aborted and the processor stopped.
+
+    Nothing since the last commit is committed; a restart processes those records again.
+    Fix the hook, or make it route records it cannot handle (e.g. to a DLQ topic).
+    """
+
+
+class ProcessorContext:
+    """One owned partition's view: its store transactions, transactional output, commit."""
+
+    def __init__(
+        self,
+        partition: int,
+        checkpoint: Checkpoint,
+        stores: dict[str, Store],
+        producer: TransactionalProducer,
+    ) -> None:
+        self.partition = partition
+        self._checkpoint = checkpoint
+        self._stores = stores
+        self._producer = producer
+
+    def store(self, name: str) -> StoreTransaction:
+        """The open transaction of store ``name`` on this partition."""
+        store = self._stores.get(name)
+        if store is None:
+            raise StoreError(f"unknown store {name!r}; the processor has {sorted(self._stores)}")
+        return self._checkpoint.store_transaction(store, self.partition)
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Produce inside the Kafka transaction; default partition: this one (co-partitioning)."""
+        self._producer.produce(
+            topic, key, value, self.partition if partition is None else partition
+        )
+
+    def request_commit(self) -> None:
+        """Commit at the end of the current batch instead of waiting for the interval."""
+        self._checkpoint.request_commit()

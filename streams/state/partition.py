@@ -1,0 +1,133 @@
+"""One partition of one store: a RocksDB on disk and the changelog offset it reflects.
+
+The changelog offset lives in its own column family, written in the same WriteBatch as the
+data it describes, so after any crash the database and its offset agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rocksdict import ColumnFamily, Options, Rdict, ReadOptions, WriteBatch
+
+from streams.state.exceptions import ChangelogOffsetRegressionError, StoreClosedError
+
+if TYPE_CHECKING:
+    from streams.state.transaction import StoreTransaction
+
+META_COLUMN_FAMILY = "kafkron.meta"
+CHANGELOG_OFFSET_KEY = b"changelog_offset"
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+class PartitionStore:
+    """A RocksDB of bytes keys and values for one partition, closed explicitly.
+
+    ``created`` is True when no database existed on disk before opening: recovery then
+    restores from the beginning of the changelog instead of from the stored offset.
+    """
+
+    def __init__(self, path: Path, partition: int, changelog_topic: str) -> None:
+        self.path = path
+        self.partition = partition
+        self.changelog_topic = changelog_topic
+        self.created = not (path / "CURRENT").exists()
+        path.mkdir(parents=True, exist_ok=True)
+        self._db: Rdict | None = Rdict(
+            str(path), options=_options(), column_families={META_COLUMN_FAMILY: _options()}
+        )
+        # Column family objects keep the database open: dropped before close() closes it.
+        self._meta: Rdict | None = self._db.get_column_family(META_COLUMN_FAMILY)
+        self._meta_handle: ColumnFamily | None = self._db.get_column_family_handle(
+            META_COLUMN_FAMILY
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self._db is None
+
+    def begin(self) -> StoreTransaction:
+        """A new transaction over this partition."""
+        from streams.state.transaction import StoreTransaction
+
+        return StoreTransaction(self)
+
+    def changelog_offset(self) -> int | None:
+        """Offset of the last changelog record applied to this database, or None."""
+        raw = self._meta_db().get(CHANGELOG_OFFSET_KEY)
+        return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+    def get(self, key: bytes) -> bytes | None:
+        """The committed value of ``key``, or None."""
+        value: bytes | None = self._data_db().get(key)
+        return value
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` committed items with ``start <= key < end``, in key order."""
+        read_options = ReadOptions()
+        read_options.set_iterate_upper_bound(end)
+        iterator = self._data_db().iter(read_options)
+        try:
+            items: list[tuple[bytes, bytes]] = []
+            iterator.seek(start)
+            while iterator.valid() and len(items) < limit:
+                items.append((iterator.key(), iterator.value()))
+                iterator.next()
+            return items
+        finally:
+            del iterator  # an iterator keeps the database open
+
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int) -> None:
+        """Apply ``updates`` (None deletes) and the changelog offset in one atomic WriteBatch.
+
+        Refuses an offset at or below the stored one: that write would replay history.
+        """
+        stored = self.changelog_offset()
+        if stored is not None and changelog_offset <= stored:
+            raise ChangelogOffsetRegressionError(
+                f"{self.changelog_topic}[{self.partition}] at {self.path}: changelog offset "
+                f"{changelog_offset} is not after the stored {stored}. Delete the folder to "
+                "restore the partition from its changelog."
+            )
+        batch = WriteBatch(raw_mode=True)
+        for key, value in updates.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        batch.put(
+            CHANGELOG_OFFSET_KEY,
+            changelog_offset.to_bytes(8, "big", signed=True),
+            self._meta_handle,
+        )
+        self._data_db().write(batch)
+
+    def close(self) -> None:
+        """Close the database; idempotent."""
+        if self._db is None:
+            return
+        self._meta = None
+        self._meta_handle = None
+        db, self._db = self._db, None
+        db.close()
+
+    def _data_db(self) -> Rdict:
+        if self._db is None:
+            raise StoreClosedError(
+                f"partition store {self.path} is closed (its partition was revoked or the "
+                "processor stopped); open the partition again before using it"
+            )
+        return self._db
+
+    def _meta_db(self) -> Rdict:
+        self._data_db()
+        assert self._meta is not None
+        return self._meta

@@ -1,0 +1,64 @@
+"""A named store of one processor group: one :class:`PartitionStore` per owned partition."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from streams.state.exceptions import StoreError
+from streams.state.partition import PartitionStore
+
+
+class Store:
+    """Opens, finds and closes the partitions of one store under ``state_dir/<group>/<name>``."""
+
+    def __init__(self, name: str, group: str, state_dir: Path, changelog_topic: str) -> None:
+        self.name = name
+        self.changelog_topic = changelog_topic
+        self.path = state_dir / group / name
+        self._partitions: dict[int, PartitionStore] = {}
+
+    @property
+    def partitions(self) -> dict[int, PartitionStore]:
+        """The open partitions by number (a copy)."""
+        return dict(self._partitions)
+
+    def open_partition(self, partition: int) -> PartitionStore:
+        """Open (or return the already open) partition store."""
+        store = self._partitions.get(partition)
+        if store is None:
+            store = PartitionStore(self.path / str(partition), partition, self.changelog_topic)
+            self._partitions[partition] = store
+        return store
+
+    def partition(self, partition: int) -> PartitionStore:
+        """The open partition store, or StoreError naming the partition."""
+        try:
+            return self._partitions[partition]
+        except KeyError:
+            raise StoreError(
+                f"store {self.name} has no open partition {partition}; it is not assigned here"
+            ) from None
+
+    def close_partition(self, partition: int) -> None:
+        """Close one partition's database if it is open."""
+        store = self._partitions.pop(partition, None)
+        if store is not None:
+            store.close()
+
+    def wipe_partition(self, partition: int) -> PartitionStore:
+        """Close, delete and reopen one partition's database (to restore it from scratch)."""
+        self.close_partition(partition)
+        shutil.rmtree(self.path / str(partition), ignore_errors=True)
+        return self.open_partition(partition)
+
+    def close(self) -> None:
+        """Close every open partition; each close is attempted even if one fails."""
+        errors: list[BaseException] = []
+        for partition in list(self._partitions):
+            try:
+                self.close_partition(partition)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -1,0 +1,136 @@
+"""Writes to one partition store, buffered until the Kafka transaction that carries them commits.
+
+Life of a transaction: STARTED (reads and writes) -> ``prepare()`` produces every dirty key
+to the changelog -> PREPARED -> after the Kafka commit, ``flush(offset)`` writes the keys and
+the changelog offset in one WriteBatch -> COMMITTED. Any error on the way leaves it FAILED,
+and a FAILED transaction refuses every further call: its writes are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Protocol
+
+from streams.state.exceptions import TransactionStateError
+from streams.state.partition import PartitionStore
+
+
+class TransactionStatus(StrEnum):
+    STARTED = "STARTED"
+    PREPARED = "PREPARED"
+    COMMITTED = "COMMITTED"
+    FAILED = "FAILED"
+
+
+class ChangelogWriter(Protocol):
+    """Where ``prepare()`` sends changelog records (the transactional producer)."""
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None: ...
+
+
+class StoreTransaction:
+    """Uncommitted reads and writes over one :class:`PartitionStore`; None marks a delete."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self.store = store
+        self.status = TransactionStatus.STARTED
+        self._updates: dict[bytes, bytes | None] = {}
+
+    @property
+    def dirty(self) -> bool:
+        """True when the transaction holds writes not yet in the database."""
+        return bool(self._updates)
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key`` as this transaction sees it."""
+        self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
+        if key in self._updates:
+            return self._updates[key]
+        return self.store.get(key)
+
+    def set(self, key: bytes, value: bytes) -> None:
+        """Write ``value`` under ``key``."""
+        self._check(TransactionStatus.STARTED)
+        if not isinstance(key, bytes) or not isinstance(value, bytes):
+            self.status = TransactionStatus.FAILED
+            raise TypeError(f"keys and values are bytes, got {type(key)} and {type(value)}")
+        self._updates[key] = value
+
+    def delete(self, key: bytes) -> None:
+        """Delete ``key`` (a tombstone on the changelog)."""
+        self._check(TransactionStatus.STARTED)
+        self._updates[key] = None
+
+    def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` items with ``start <= key < end`` in key order, writes included."""
+        self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
+        pending = sorted(k for k in self._updates if start <= k < end)
+        deletes = sum(1 for k in pending if self._updates[k] is None)
+        # Each pending delete can hide one stored item, so fetch that many more.
+        stored = self.store.scan(start, end, limit + deletes)
+        return list(self._merge(stored, pending, limit))
+
+    def prepare(self, changelog: ChangelogWriter) -> None:
+        """Produce every dirty key to the changelog partition with this partition's number."""
+        with self._step(TransactionStatus.STARTED):
+            topic, partition = self.store.changelog_topic, self.store.partition
+            for key, value in self._updates.items():
+                changelog.produce(topic, key, value, partition)
+            self.status = TransactionStatus.PREPARED
+
+    def flush(self, changelog_offset: int | None) -> None:
+        """Write the keys and ``changelog_offset`` (of the last changelog record) atomically."""
+        with self._step(TransactionStatus.PREPARED):
+            if self._updates:
+                if changelog_offset is None:
+                    raise TransactionStateError(
+                        f"{self.store.changelog_topic}[{self.store.partition}]: no delivered "
+                        "changelog offset for a transaction with writes; it was not committed"
+                    )
+                self.store.write(self._updates, changelog_offset)
+            self.status = TransactionStatus.COMMITTED
+
+    def discard(self) -> None:
+        """Drop every write (the Kafka transaction was aborted); the transaction is FAILED."""
+        self._updates.clear()
+        self.status = TransactionStatus.FAILED
+
+    def _merge(
+        self, stored: list[tuple[bytes, bytes]], pending: list[bytes], limit: int
+    ) -> Iterator[tuple[bytes, bytes]]:
+        updates, count, i, j = self._updates, 0, 0, 0
+        while count < limit and (i < len(stored) or j < len(pending)):
+            if j == len(pending) or (i < len(stored) and stored[i][0] < pending[j]):
+                key, value = stored[i]
+                i += 1
+            else:
+                key, new_value = pending[j], updates[pending[j]]
+                j += 1
+                if i < len(stored) and stored[i][0] == key:
+                    i += 1  # the pending write shadows the stored value
+                if new_value is None:
+                    continue
+                value = new_value
+            count += 1
+            yield key, value
+
+    def _check(self, *allowed: TransactionStatus) -> None:
+        if self.status not in allowed:
+            raise TransactionStateError(
+                f"store transaction on {self.store.changelog_topic}[{self.store.partition}] is "
+                f"{self.status}; this call needs {' or '.join(allowed)}"
+            )
+
+    @contextmanager
+    def _step(self, *allowed: TransactionStatus) -> Iterator[None]:
+        """Guard a multi-step call: any error leaves the transaction FAILED."""
+        self._check(*allowed)
+        try:
+            yield
+        except BaseException:
+            self.status = TransactionStatus.FAILED
+            raise

@@ -1,0 +1,99 @@
+"""The transactional producer, error classification and group setup against the real broker."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+from streams.admin import admin_client
+from streams.kafka.consumer import configure_group_session, group_consumer_config
+from streams.kafka.errors import ErrorKind, KafkaOperationError, classify
+from streams.kafka.producer import TransactionalProducer
+from streams.settings import KafkaSettings
+from tests.streams.processor_testkit import create_topics, read_committed
+
+pytestmark = pytest.mark.kafka
+
+
+def test_classify_follows_librdkafka_flags() -> None:
+    assert classify(KafkaError(KafkaError._FENCED, "x", fatal=True)) is ErrorKind.FATAL
+    abort = KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "x", txn_requires_abort=True)
+    assert classify(abort) is ErrorKind.ABORT_TRANSACTION
+    assert classify(KafkaError(KafkaError._TIMED_OUT, "x", retriable=True)) is ErrorKind.RETRIABLE
+    assert classify(KafkaError(KafkaError.INVALID_CONFIG, "x")) is ErrorKind.FATAL
+    error = KafkaOperationError("commit", abort)
+    assert error.requires_abort and error.retryable and "abort the transaction" in str(error)
+
+
+def test_delivery_error_is_latched_and_raised_on_commit(kafka_settings: KafkaSettings) -> None:
+    small = kafka_settings.namespace + "small"
+    create_topics(kafka_settings, [small], config={"max.message.bytes": "1000"})
+    producer = TransactionalProducer(kafka_settings, "latch")
+    producer.init()
+    try:
+        producer.produce(small, b"k", b"fits", 0)
+        producer.produce(small, b"k", b"x" * 5000, 0)  # the broker refuses it
+        with pytest.raises(KafkaOperationError) as raised:
+            producer.commit()
+        assert raised.value.kind is not ErrorKind.RETRIABLE
+        producer.abort()
+        producer.produce(small, b"k", b"after", 1)
+        producer.commit()
+    finally:
+        producer.close()
+    assert [r.value for r in read_committed(kafka_settings, small)] == [b"after"]
+
+
+def test_delivered_offsets_are_kept_for_tracked_topics(kafka_settings: KafkaSettings) -> None:
+    tracked, other = kafka_settings.namespace + "log", kafka_settings.namespace + "out"
+    create_topics(kafka_settings, [tracked, other])
+    producer = TransactionalProducer(kafka_settings, "track", tracked_topics=[tracked])
+    producer.init()
+    try:
+        for _ in range(3):
+            producer.produce(tracked, b"k", b"v", 2)
+        producer.produce(other, b"k", b"v", 2)
+        producer.commit()
+        assert producer.delivered_offset(tracked, 2) == 2
+        assert producer.delivered_offset(other, 2) is None
+        producer.produce(tracked, b"k", b"v", 2)  # a new transaction starts afresh
+        assert producer.delivered_offset(tracked, 2) is None
+        producer.commit()
+        assert producer.delivered_offset(tracked, 2) == 4  # offset 3 is the commit marker
+    finally:
+        producer.close()
+
+
+def test_fenced_producer_is_replaced_on_abort(kafka_settings: KafkaSettings) -> None:
+    topic = kafka_settings.namespace + "out"
+    create_topics(kafka_settings, [topic])
+    first = TransactionalProducer(kafka_settings, "same-id")
+    first.init()
+    first.produce(topic, b"k", b"zombie", 0)
+    second = TransactionalProducer(kafka_settings, "same-id")
+    second.init()  # fences the first and aborts its transaction
+    try:
+        with pytest.raises(KafkaOperationError) as raised:
+            first.commit()
+        assert raised.value.fatal
+        first.abort()  # replaces the client (which fences the second in turn)
+        first.produce(topic, b"k", b"new", 0)
+        first.commit()
+    finally:
+        first.close()
+        second.close()
+    assert [r.value for r in read_committed(kafka_settings, topic)] == [b"new"]
+
+
+def test_group_consumer_config_and_group_session(kafka_settings: KafkaSettings) -> None:
+    config = group_consumer_config(kafka_settings, "g", group_instance_id="i-1")
+    assert config["group.protocol"] == "consumer" and config["group.remote.assignor"] == "range"
+    assert config["isolation.level"] == "read_committed" and config["enable.auto.commit"] is False
+    assert config["group.instance.id"] == "i-1"
+    group = kafka_settings.namespace + "grp"
+    configure_group_session(kafka_settings, group, session_timeout_ms=4000)
+    resource = ConfigResource(ResourceType.GROUP, group)
+    admin = admin_client(kafka_settings)
+    described = admin.describe_configs([resource])[resource].result()
+    assert described["consumer.session.timeout.ms"].value == "4000"

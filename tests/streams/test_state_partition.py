@@ -1,0 +1,110 @@
+"""PartitionStore on a real RocksDB: atomic writes with their changelog offset, explicit close."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.state.exceptions import ChangelogOffsetRegressionError, StoreClosedError, StoreError
+from streams.state.partition import PartitionStore
+from streams.state.store import Store
+
+
+def open_store(path: Path) -> PartitionStore:
+    return PartitionStore(path, 3, "ns.changelog.g.s")
+
+
+def test_write_persists_values_and_offset_across_reopen(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "p")
+    assert store.created and store.changelog_offset() is None
+    store.write({b"a": b"1", b"b": b"2"}, 7)
+    store.write({b"a": None, b"c": b"3"}, 9)
+    assert store.scan(b"", b"\xff", 10) == [(b"b", b"2"), (b"c", b"3")]
+    store.close()
+    again = open_store(tmp_path / "p")
+    try:
+        assert not again.created
+        assert again.changelog_offset() == 9
+        assert again.get(b"a") is None and again.get(b"c") == b"3"
+    finally:
+        again.close()
+
+
+def test_offset_regression_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "p")
+    try:
+        store.write({b"a": b"1"}, 10)
+        for offset in (10, 3):
+            with pytest.raises(ChangelogOffsetRegressionError, match="not after the stored 10"):
+                store.write({b"a": b"stale", b"z": b"new"}, offset)
+        assert store.get(b"a") == b"1" and store.get(b"z") is None
+        assert store.changelog_offset() == 10
+    finally:
+        store.close()
+
+
+def test_a_batch_that_fails_to_build_applies_nothing(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "p")
+    try:
+        store.write({b"a": b"1"}, 1)
+        bad: dict[bytes, bytes | None] = {b"b": b"2", b"c": "not bytes"}  # type: ignore[dict-item]
+        with pytest.raises(Exception):  # noqa: B017 - rocksdict raises a bare Exception/TypeError
+            store.write(bad, 2)
+        assert store.get(b"b") is None
+        assert store.changelog_offset() == 1
+    finally:
+        store.close()
+
+
+def test_meta_key_is_outside_the_data_key_space(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "p")
+    try:
+        store.write({b"changelog_offset": b"user value"}, 5)
+        assert store.get(b"changelog_offset") == b"user value"
+        assert store.changelog_offset() == 5
+        assert store.scan(b"", b"\xff", 10) == [(b"changelog_offset", b"user value")]
+    finally:
+        store.close()
+
+
+def test_close_releases_the_database_and_refuses_use(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "p")
+    store.write({b"a": b"1"}, 1)
+    store.scan(b"", b"\xff", 10)  # an iterator must not keep the database open
+    store.close()
+    store.close()  # idempotent
+    assert store.closed
+    with pytest.raises(StoreClosedError, match="closed"):
+        store.get(b"a")
+    reopened = open_store(tmp_path / "p")  # the RocksDB lock was released
+    reopened.close()
+
+
+def test_scan_is_bounded_and_half_open(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "p")
+    try:
+        store.write({bytes([i]): bytes([i]) for i in range(10)}, 1)
+        assert [k for k, _ in store.scan(bytes([2]), bytes([6]), 100)] == [
+            bytes([i]) for i in (2, 3, 4, 5)
+        ]
+        assert len(store.scan(b"", b"\xff", 3)) == 3
+    finally:
+        store.close()
+
+
+def test_store_maps_partitions_to_folders(tmp_path: Path) -> None:
+    store = Store("wheel", "timer", tmp_path, "ns.changelog.timer.wheel")
+    try:
+        p1 = store.open_partition(1)
+        assert store.open_partition(1) is p1
+        assert p1.path == tmp_path / "timer" / "wheel" / "1"
+        p1.write({b"k": b"v"}, 4)
+        with pytest.raises(StoreError, match="no open partition 2"):
+            store.partition(2)
+        wiped = store.wipe_partition(1)
+        assert wiped.created and wiped.get(b"k") is None
+        store.close_partition(1)
+        assert store.partitions == {}
+    finally:
+        store.close()

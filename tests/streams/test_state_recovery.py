@@ -1,0 +1,175 @@
+"""Restoring partition stores from a real changelog topic into a real RocksDB."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from streams.admin import admin_client
+from streams.kafka.consumer import create_restore_consumer
+from streams.kafka.producer import TransactionalProducer
+from streams.settings import KafkaSettings
+from streams.state.changelog import changelog_topic, ensure_changelog_topics
+from streams.state.recovery import Recovery, RecoveryProgress
+from streams.state.store import Store
+from tests.streams.processor_testkit import create_topics, end_offsets
+
+pytestmark = pytest.mark.kafka
+GROUP = "rec"
+PARTITION = 1
+
+
+@pytest.fixture
+def changelog(kafka_settings: KafkaSettings) -> str:
+    inputs = kafka_settings.namespace + "input"
+    create_topics(kafka_settings, [inputs])
+    ensure_changelog_topics(kafka_settings, GROUP, ["wheel"], [inputs])
+    return changelog_topic(kafka_settings, GROUP, "wheel")
+
+
+def commit_batches(
+    settings: KafkaSettings, store: Store, batches: list[dict[bytes, bytes | None]]
+) -> int:
+    """Write each batch the way a checkpoint does; returns the changelog records produced."""
+    producer = TransactionalProducer(settings, "rec-writer", tracked_topics=[store.changelog_topic])
+    producer.init()
+    produced = 0
+    try:
+        for batch in batches:
+            txn = store.partition(PARTITION).begin()
+            for key, value in batch.items():
+                txn.set(key, value) if value is not None else txn.delete(key)
+            txn.prepare(producer)
+            producer.commit()
+            txn.flush(producer.delivered_offset(store.changelog_topic, PARTITION))
+            produced += len(batch)
+    finally:
+        producer.close()
+    return produced
+
+
+def contents(store: Store) -> list[tuple[bytes, bytes]]:
+    return store.partition(PARTITION).scan(b"", b"\xff" * 8, 10**9)
+
+
+def restore(settings: KafkaSettings, store: Store) -> RecoveryProgress:
+    store.open_partition(PARTITION)
+    seen: list[RecoveryProgress] = []
+    recovery = Recovery(
+        create_restore_consumer(settings, GROUP),
+        admin_client(settings),
+        batch_size=5_000,
+        on_progress=seen.append,
+    )
+    try:
+        progress = recovery.start(store, PARTITION)
+        deadline = time.monotonic() + 60
+        while recovery.pending(PARTITION):
+            assert time.monotonic() < deadline, "restore did not finish"
+            recovery.step(0.2)
+        assert progress.done and progress.position >= progress.end_offset
+        assert not seen or seen[-1] is progress  # progress is reported while restoring
+        return progress
+    finally:
+        recovery.close()
+
+
+def key(i: int) -> bytes:
+    return i.to_bytes(4, "big")
+
+
+def test_store_rebuilt_from_changelog_after_its_folder_is_deleted(
+    kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
+) -> None:
+    original = Store("wheel", GROUP, tmp_path / "a", changelog)
+    original.open_partition(PARTITION)
+    batches: list[dict[bytes, bytes | None]] = [
+        {key(i): b"v%d" % i for i in range(j * 500, (j + 1) * 500)} for j in range(8)
+    ]
+    batches.append({key(i): None for i in range(0, 4000, 3)})  # tombstones
+    batches.append({key(i): b"updated" for i in range(1, 4000, 7)})
+    produced = commit_batches(kafka_settings, original, batches)
+    expected, expected_offset = contents(original), original.partition(PARTITION).changelog_offset()
+    original.close()
+
+    shutil.rmtree(tmp_path / "a")
+    rebuilt = Store("wheel", GROUP, tmp_path / "a", changelog)
+    try:
+        progress = restore(kafka_settings, rebuilt)
+        assert progress.start_offset == 0 and progress.applied == produced
+        assert contents(rebuilt) == expected
+        assert rebuilt.partition(PARTITION).changelog_offset() == expected_offset
+        print(f"\nrestore rate: {progress.applied} records, {progress.rate_per_s():.0f}/s")
+    finally:
+        rebuilt.close()
+
+
+def test_intact_store_restores_only_records_after_its_stored_offset(
+    kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
+) -> None:
+    live = Store("wheel", GROUP, tmp_path / "live", changelog)
+    live.open_partition(PARTITION)
+    commit_batches(kafka_settings, live, [{key(i): b"a" for i in range(300)}] * 2)
+    live.close()
+    shutil.copytree(tmp_path / "live", tmp_path / "stale")  # this owner's disk, then it left
+    live.open_partition(PARTITION)
+    later: list[dict[bytes, bytes | None]] = [
+        {key(i): b"b" for i in range(100, 250)},
+        {key(i): None for i in range(0, 40)},
+    ]
+    replay = commit_batches(kafka_settings, live, later)
+    expected = contents(live)
+    live.close()
+
+    stale = Store("wheel", GROUP, tmp_path / "stale", changelog)
+    try:
+        progress = restore(kafka_settings, stale)
+        assert progress.applied == replay == 190
+        assert progress.start_offset > 600  # past the first two transactions' records
+        assert contents(stale) == expected
+    finally:
+        stale.close()
+
+
+def test_aborted_changelog_records_are_not_restored(
+    kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
+) -> None:
+    store = Store("wheel", GROUP, tmp_path / "s", changelog)
+    store.open_partition(PARTITION)
+    commit_batches(kafka_settings, store, [{b"kept": b"1"}])
+    store.close()
+    writer = Producer(kafka_settings.client_config(**{"transactional.id": "rec-aborter"}))
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    writer.produce(changelog, key=b"ghost", value=b"x", partition=PARTITION)
+    writer.produce(changelog, key=b"kept", value=None, partition=PARTITION)
+    assert writer.flush(30) == 0  # in the log, then aborted
+    writer.abort_transaction(30)
+    assert end_offsets(kafka_settings, changelog)[PARTITION] >= 5  # 1 + marker + 2 + marker
+    shutil.rmtree(tmp_path / "s")
+    rebuilt = Store("wheel", GROUP, tmp_path / "s", changelog)
+    try:
+        progress = restore(kafka_settings, rebuilt)
+        assert contents(rebuilt) == [(b"kept", b"1")] and progress.applied == 1
+    finally:
+        rebuilt.close()
+
+
+def test_store_ahead_of_its_changelog_is_rebuilt(
+    kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
+) -> None:
+    store = Store("wheel", GROUP, tmp_path / "s", changelog)
+    store.open_partition(PARTITION)
+    commit_batches(kafka_settings, store, [{b"k": b"1"}])
+    store.partition(PARTITION).write({b"phantom": b"x"}, 1_000)  # not in the changelog
+    store.close()
+    reopened = Store("wheel", GROUP, tmp_path / "s", changelog)
+    try:
+        restore(kafka_settings, reopened)
+        assert contents(reopened) == [(b"k", b"1")]
+    finally:
+        reopened.close()
