@@ -19,3 +19,8 @@ def split_execution_id(value: str) -> tuple[str, int]:
     if not job_id or not tick.lstrip("-").isdigit():
         raise ValueError(f"not an execution id: {value!r}")
     return job_id, int(tick)
+
+
+HANDLER_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$"
+"""Valid handler names, e.g. ``reports.nightly``: the API and the executor both check it."""
+HANDLER_NAME_MAX_LENGTH = 200

@@ -27,10 +27,8 @@ from services.executor.handler_kinds import (
     check_topic,
 )
 from streams.exceptions import ConfigurationError
+from streams.identity import HANDLER_NAME_MAX_LENGTH, HANDLER_NAME_PATTERN
 
-HANDLER_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$"
-"""Valid handler names, e.g. ``reports.nightly``; the API validates job handlers with it."""
-HANDLER_NAME_MAX_LENGTH = 200
 ENTRY_POINT_GROUP = "kafkron.handlers"
 
 _HANDLER_NAME_RE = re.compile(HANDLER_NAME_PATTERN)

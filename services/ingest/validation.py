@@ -31,13 +31,10 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from services.ingest.cron import ScheduleError, cron_spec
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
+from streams.identity import HANDLER_NAME_MAX_LENGTH, HANDLER_NAME_PATTERN
 from streams.records import CatchupPolicy, FoldPolicy, OverlapPolicy
 from streams.topics import Priority
 
-# Same as services.executor.handlers.HANDLER_NAME_PATTERN; defined here because services
-# do not import each other. Move both to streams/ together.
-HANDLER_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$"
-HANDLER_NAME_MAX_LENGTH = 200
 # Safe in URLs and logs, and free of '@' (execution ids are "<job_id>@<tick>").
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

@@ -1,0 +1,81 @@
+"""``kafkron up --demo``: submit a few jobs through the client library and show their outcomes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, TopicPartition
+
+from services.ingest.client import KafkronClient
+from services.ingest.settings import IngestSettings
+from streams.codec import Codec, RecordKind
+from streams.exceptions import DecodeError
+from streams.records import FINAL_STATUSES, ExecutionStatus
+from streams.settings import KafkaSettings
+from streams.topics import TopicNames
+
+
+def demo_jobs(now_ms: int, tag: str) -> list[dict[str, object]]:
+    """Three one-offs (echo, flaky-then-ok, always failing) and a cron every 5 seconds."""
+    return [
+        {"job_id": f"demo-echo-{tag}", "handler": "examples.echo", "run_at": now_ms + 3000,
+         "payload": {"hello": "kafkron"}},
+        {"job_id": f"demo-flaky-{tag}", "handler": "examples.flaky", "run_at": now_ms + 3000,
+         "retry": {"max_attempts": 3, "initial_backoff_s": 1, "max_backoff_s": 10}},
+        {"job_id": f"demo-fail-{tag}", "handler": "examples.fail", "run_at": now_ms + 3000},
+        {"job_id": f"demo-cron-{tag}", "handler": "examples.noop",
+         "cron": {"expression": "*/5 * * * * *", "timezone": "UTC"}},
+    ]  # fmt: skip
+
+
+def run_demo(kafka: KafkaSettings, *, duration_s: float = 25.0) -> int:
+    """Submit the demo jobs, print every result until ``duration_s``; the count of finals."""
+    tag = uuid.uuid4().hex[:6]
+    names = TopicNames(kafka.namespace)
+    consumer = Consumer(
+        kafka.client_config(
+            **{"group.id": f"kafkron-demo-{tag}", "isolation.level": "read_committed",
+               "enable.auto.commit": False}
+        )
+    )  # fmt: skip
+    metadata = consumer.list_topics(names.job_results, timeout=10)
+    partitions = list(metadata.topics[names.job_results].partitions)
+    ends = [consumer.get_watermark_offsets(TopicPartition(names.job_results, p))[1]
+            for p in partitions]  # fmt: skip
+    consumer.assign(
+        [TopicPartition(names.job_results, p, o) for p, o in zip(partitions, ends, strict=True)]
+    )
+    client = KafkronClient(IngestSettings(kafka=kafka))
+    try:
+        for job in demo_jobs(int(time.time() * 1000), tag):
+            receipt = client.submit(job)
+            print(f"[demo] submitted {receipt.job_id} ({job['handler']})")
+        finals = _print_results(consumer, Codec.from_directory(), tag, duration_s)
+        client.cancel(f"demo-cron-{tag}")
+        print(f"[demo] cancelled demo-cron-{tag}; {finals} final outcomes seen")
+        return finals
+    finally:
+        client.close()
+        consumer.close()
+
+
+def _print_results(consumer: Consumer, codec: Codec, tag: str, duration_s: float) -> int:
+    finals = 0
+    deadline = time.monotonic() + duration_s
+    while time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=100, timeout=0.5):
+            value = message.value()
+            if message.error() is not None or value is None:
+                continue
+            try:
+                result = codec.decode(RecordKind.EXECUTION_RESULT, value)
+            except DecodeError:
+                continue
+            if not str(result["job_id"]).endswith(tag):
+                continue
+            status = ExecutionStatus(result["status"])
+            finals += status in FINAL_STATUSES
+            why = result.get("reason") or result.get("error") or ""
+            print(f"[demo] {result['execution_id']} attempt {result['attempt']}: {status} {why}")
+    return finals
