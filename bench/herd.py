@@ -1,0 +1,382 @@
+"""The thundering herd: N one-off jobs due at one instant, one timer process, real Kafka.
+
+Run: ``.venv/bin/python -m bench.herd --bootstrap 127.0.0.1:9092 [--jobs 1000000]``.
+
+Measures, in one run on one broker: the raw pipe (``bench.pipe.measure_pipe``) for the same
+record count; then submits N one-offs due ``--lead-s`` ahead (through
+``KafkronClient.submit_many`` when ingest is importable, else raw encoded Job records),
+starts one timer process and reads every DueEvent back ``read_committed``. Reports the time
+from the instant until the last DueEvent was emitted and until it was read back, fire
+lateness (emitted_at - fire_at) p50/p99/max, fires per second and its ratio to raw produce,
+and the timer's peak RSS.
+
+The helpers (``submit_one_offs``, ``DueReader``, ``TimerProcess``, ``wait_until_live``) are
+shared with the timer's broker tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from bench.pipe import measure_pipe
+from streams.admin import ensure_topics
+from streams.codec import Codec, RecordKind
+from streams.settings import KafkaSettings
+from streams.topics import Priority, TopicNames
+
+ROOT = Path(__file__).resolve().parent.parent
+CODEC = Codec.from_directory()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def job_record(job_id: str, created_ms: int, **fields: Any) -> dict[str, Any]:
+    """An encodable Job dict with the schema's defaults; ``fields`` override them."""
+    record: dict[str, Any] = {
+        "job_id": job_id,
+        "version": 1,
+        "status": "SCHEDULED",
+        "handler": "bench.noop",
+        "payload": b"",
+        "run_at_ms": None,
+        "cron": None,
+        "depends_on": [],
+        "priority": "NORMAL",
+        "timeout_ms": 60_000,
+        "retry": {
+            "max_attempts": 3,
+            "initial_backoff_ms": 1000,
+            "multiplier": 2.0,
+            "max_backoff_ms": 300_000,
+            "jitter_ratio": 0.1,
+        },
+        "overlap": "SKIP",
+        "catchup": "LATEST",
+        "catchup_window_ms": 86_400_000,
+        "jitter_ms": 0,
+        "tenant": "default",
+        "labels": {},
+        "manual_fire_at_ms": None,
+        "idempotency_key": None,
+        "request_hash": None,
+        "created_at_ms": created_ms,
+        "updated_at_ms": created_ms,
+    }
+    record.update(fields)
+    return record
+
+
+def produce_jobs(settings: KafkaSettings, records: Iterable[dict[str, Any]]) -> int:
+    """Produce Job records to ``jobs`` keyed by job id (Java-compatible partitioner)."""
+    producer = Producer(
+        settings.client_config(
+            **{
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+    )
+    topic = TopicNames(settings.namespace).jobs
+    count = 0
+    for record in records:
+        value = CODEC.encode(RecordKind.JOB, record)
+        while True:
+            try:
+                producer.produce(topic, value, record["job_id"].encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+        if count % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0:
+        raise RuntimeError("jobs were not all delivered within 60 s")
+    return count
+
+
+def submit_one_offs(
+    settings: KafkaSettings, job_ids: Sequence[str], run_at_ms: int, *, raw: bool = False
+) -> str:
+    """Create one-off jobs due at ``run_at_ms``; returns how ("ingest" or "raw")."""
+    if not raw:
+        try:
+            from services.ingest.client import KafkronClient
+            from services.ingest.settings import IngestSettings
+        except ImportError:
+            raw = True
+    if raw:
+        created = now_ms()
+        produce_jobs(settings, (job_record(j, created, run_at_ms=run_at_ms) for j in job_ids))
+        return "raw"
+    with KafkronClient(IngestSettings(kafka=settings)) as client:
+        for start in range(0, len(job_ids), 10_000):
+            batch = job_ids[start : start + 10_000]
+            client.submit_many(
+                [{"job_id": j, "handler": "bench.noop", "run_at": run_at_ms} for j in batch]
+            )
+    return "ingest"
+
+
+@dataclass
+class DueReader:
+    """Reads every due topic from the start, ``read_committed``; keeps raw values and arrival."""
+
+    settings: KafkaSettings
+    values: list[tuple[bytes, int]] = field(default_factory=list)  # (value, read at ms)
+
+    def __post_init__(self) -> None:
+        names = TopicNames(self.settings.namespace)
+        self._consumer = Consumer(
+            self.settings.client_config(
+                **{
+                    "group.id": f"due-reader-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "fetch.max.bytes": 52_428_800,
+                }
+            )
+        )
+        self._consumer.assign(
+            [
+                TopicPartition(names.due(p), partition, 0)
+                for p in Priority
+                for partition in range(self.settings.partitions)
+            ]
+        )
+
+    def poll(self, timeout_s: float = 0.02) -> int:
+        """Read what is there; returns how many DueEvents arrived."""
+        messages = self._consumer.consume(num_messages=50_000, timeout=timeout_s)
+        read_ms = now_ms()
+        got = 0
+        for message in messages:
+            value = message.value()
+            if message.error() is None and value is not None:
+                self.values.append((value, read_ms))
+                got += 1
+        return got
+
+    def read_until(self, count: int, timeout_s: float) -> None:
+        """Poll until ``count`` DueEvents were read in total, or raise TimeoutError."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.values) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {len(self.values)} of {count} DueEvents in {timeout_s}s")
+            self.poll()
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every DueEvent read, decoded, with ``read_at_ms`` added."""
+        return [{**CODEC.decode(RecordKind.DUE_EVENT, v), "read_at_ms": t} for v, t in self.values]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class TimerProcess:
+    """One ``python -m services.timer.main`` child with its own instance id and state dir."""
+
+    def __init__(
+        self, settings: KafkaSettings, instance_id: str, log_dir: Path, **env: str
+    ) -> None:
+        self.settings, self.instance_id = settings, instance_id
+        self.log_path = log_dir / f"{instance_id}.log"
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "KAFKRON_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            "KAFKRON_NAMESPACE": settings.namespace,
+            "KAFKRON_PARTITIONS": str(settings.partitions),
+            "KAFKRON_STATE_DIR": str(settings.state_dir / instance_id),
+            "KAFKRON_TIMER_INSTANCE_ID": instance_id,
+            **env,
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> TimerProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "services.timer.main"],
+                env=self.env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self) -> None:
+        """SIGKILL: no commit, no leave-group; the broker finds out by itself."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def peak_rss_mb(self) -> float:
+        """Peak resident memory so far (VmHWM), in MiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def wait_until_live(
+    settings: KafkaSettings, reader: DueReader, timeout_s: float = 120.0, canaries: int = 32
+) -> None:
+    """Submit canary one-offs due now until every partition fired one (all owned and live)."""
+    created = now_ms()
+    ids = [f"canary-{uuid.uuid4().hex[:6]}-{i}" for i in range(canaries)]
+    produce_jobs(settings, (job_record(j, created, run_at_ms=created) for j in ids))
+    reader.read_until(len(reader.values) + canaries, timeout_s)
+
+
+def wait_until_applied(settings: KafkaSettings, deadline_ms: int) -> int:
+    """Wait until the timer group committed the end of ``jobs``; returns when (epoch ms)."""
+    admin = AdminClient(settings.client_config())
+    topic = TopicNames(settings.namespace).jobs
+    partitions = [TopicPartition(topic, p) for p in range(settings.partitions)]
+    probe = Consumer(settings.client_config(**{"group.id": f"probe-{uuid.uuid4().hex[:6]}"}))
+    ends = {tp.partition: probe.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions}
+    probe.close()
+    group = f"{settings.namespace}timer"
+    while now_ms() < deadline_ms:
+        request = [ConsumerGroupTopicPartitions(group, partitions)]
+        result = admin.list_consumer_group_offsets(request)[group].result()
+        done = {tp.partition: tp.offset for tp in result.topic_partitions}
+        if all(done.get(p, -1) >= end for p, end in ends.items()):
+            return now_ms()
+        time.sleep(0.2)
+    raise TimeoutError("the timer did not apply every create in time")
+
+
+def percentile(sorted_values: Sequence[int], fraction: float) -> int:
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+def run_herd(bootstrap: str, jobs: int, lead_s: float | None, partitions: int, raw: bool) -> None:
+    pipe = measure_pipe(bootstrap, jobs)
+    print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
+    namespace = f"herd{uuid.uuid4().hex[:6]}."
+    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    settings = KafkaSettings(
+        bootstrap_servers=bootstrap,
+        namespace=namespace,
+        partitions=partitions,
+        state_dir=state_dir,
+    )
+    ensure_topics(settings)
+    reader = DueReader(settings)
+    timer = TimerProcess(settings, "herd-timer-0", state_dir).start()
+    try:
+        wait_until_live(settings, reader)
+        started_with = len(reader.values)
+        ids = [f"herd-{i:07d}" for i in range(jobs)]
+        # The timer must apply every create before the instant: ~10K creates/s here.
+        lead_ms = int((lead_s if lead_s is not None else 8 + jobs * 120e-6) * 1000)
+        instant_ms = now_ms() + lead_ms
+        submitted_at = time.monotonic()
+        how = submit_one_offs(settings, ids, instant_ms, raw=raw)
+        submit_s = time.monotonic() - submitted_at
+        print(f"submitted {jobs:,} one-offs ({how}) in {submit_s:.1f}s, due in {lead_ms} ms")
+        applied_ms = wait_until_applied(settings, instant_ms + 600_000)
+        print(
+            f"timer applied every create {(instant_ms - applied_ms) / 1000:.1f} s before the "
+            f"instant (creates/s into the timer: {jobs / (time.monotonic() - submitted_at):,.0f})"
+            + ("  ** LATE: fire figures include create lag **" if applied_ms > instant_ms else "")
+        )
+        reader.read_until(started_with + jobs, timeout_s=lead_ms / 1000 + 600)
+        rss_mb = timer.peak_rss_mb()
+    finally:
+        timer.stop()
+    events = [e for e in reader.events() if e["job_id"].startswith("herd-")]
+    report(events, jobs, instant_ms, pipe.produce_per_s, rss_mb)
+    reader.close()
+    _delete_namespace(bootstrap, namespace)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def report(
+    events: list[dict[str, Any]], jobs: int, instant_ms: int, raw_produce_per_s: float, rss: float
+) -> None:
+    ids = {e["execution_id"] for e in events}
+    lateness = sorted(e["emitted_at_ms"] - e["fire_at_ms"] for e in events)
+    read_lateness = sorted(e["read_at_ms"] - e["fire_at_ms"] for e in events)
+    first_emit = min(e["emitted_at_ms"] for e in events)
+    last_emit = max(e["emitted_at_ms"] for e in events)
+    last_read = max(e["read_at_ms"] for e in events)
+    drain_s = max(last_emit - first_emit, 1) / 1000
+    fires_per_s = jobs / drain_s
+    print(f"DueEvents: {len(events):,} read, {len(ids):,} distinct execution ids of {jobs:,}")
+    print(f"  instant -> last emitted: {(last_emit - instant_ms) / 1000:.2f} s")
+    print(f"  instant -> last read back (committed): {(last_read - instant_ms) / 1000:.2f} s")
+    print(f"  fires/s (first to last emit): {fires_per_s:,.0f}")
+    print(
+        f"  lateness emitted-fire_at ms: p50 {percentile(lateness, 0.5)}, "
+        f"p99 {percentile(lateness, 0.99)}, max {lateness[-1]}"
+    )
+    print(
+        f"  lateness read-fire_at ms:    p50 {percentile(read_lateness, 0.5)}, "
+        f"p99 {percentile(read_lateness, 0.99)}, max {read_lateness[-1]}"
+    )
+    print(f"  timer peak RSS: {rss:.0f} MiB")
+    print(f"  ratio fires/s to raw produce/s: {fires_per_s / raw_produce_per_s:.2f}")
+
+
+def _delete_namespace(bootstrap: str, namespace: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(namespace)]
+    if topics:
+        for future in admin.delete_topics(topics).values():
+            try:
+                future.result()
+            except Exception as exc:
+                print(f"could not delete a bench topic: {exc}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--lead-s", type=float, default=None)
+    parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--raw", action="store_true", help="produce Job records, skip ingest")
+    args = parser.parse_args()
+    run_herd(args.bootstrap, args.jobs, args.lead_s, args.partitions, args.raw)
+
+
+if __name__ == "__main__":
+    main()

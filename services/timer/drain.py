@@ -1,0 +1,88 @@
+"""One punctuation of one partition: fire its due wheel entries, oldest first, within a budget.
+
+The hot path is an on-time one-off with nothing in flight (a *fast* entry): its value holds
+the DueEvent encoded up to ``emitted_at_ms``, so firing it is one concatenation and one
+produce: no state read or write (``state.py``) and no delete (``wheel.py``: the drain
+advances the fired-through watermark once per batch instead). Every other entry goes
+through the job's state.
+"""
+
+from __future__ import annotations
+
+from services.timer import keys
+from services.timer.firing import fire_manual, fire_schedule
+from services.timer.retries import fire_retry
+from services.timer.scope import Scope
+from services.timer.state import FAST_MARKER, FAST_VALUE_HEADER, load_state, save_state
+from services.timer.wheel import collect_fired, save_watermark, watermark
+
+
+def drain_due(scope: Scope, budget: int) -> int:
+    """Fire due entries until about ``budget`` records are emitted; returns records emitted.
+
+    A job whose catch-up settles many ticks may overshoot the budget by up to
+    ``max_catchup_ticks`` records; the scan itself never reads more than ``budget`` keys.
+    With nothing due, it deletes up to ``budget`` fired fast entries instead.
+    """
+    now_ms = scope.now_ms
+    entries = scope.wheel.iter_range(watermark(scope), keys.due_bound(now_ms), budget)
+    if not entries:
+        collect_fired(scope, budget)
+        return 0
+    scope.placement_floor_ms = now_ms + 1
+    grace_ms = scope.env.misfire_grace_ms
+    due_topics = scope.env.due_topics
+    tail = scope.env.due_bytes.tail(now_ms)
+    emit = scope.emit
+    fast = 0
+    last_key = b""
+    # Settling a slow entry may move a later fast entry of the same job (it turns slow when
+    # an execution starts); from then on, fast entries of this scan are checked first.
+    moved_possible = False
+    for key, value in entries:
+        if fast + scope.emitted >= budget:
+            break
+        last_key = key
+        if (
+            key[-1] == keys.SCHEDULE
+            and value[0] == FAST_MARKER
+            and now_ms - int.from_bytes(key[:8], "big") <= grace_ms
+        ):
+            if moved_possible and scope.wheel.get(key) != value:
+                continue
+            emit(due_topics[value[1]], key[8:-1], value[FAST_VALUE_HEADER:] + tail)
+            fast += 1
+        else:
+            scope.fired_through = key  # entries before this one are settled
+            fire_entry(scope, key, value)
+            moved_possible = True
+    if last_key:
+        scope.fired_through = last_key + b"\x00"
+        save_watermark(scope)
+    return fast + scope.emitted
+
+
+def fire_entry(scope: Scope, key: bytes, value: bytes) -> None:
+    """Settle one due entry through its job's state; a stray entry is just removed."""
+    parsed = keys.parse_key(key)
+    if parsed.kind == keys.RETRY:
+        fire_retry(scope, key, value)
+        return
+    state = load_state(scope, parsed.job_id)
+    if state is None or (parsed.kind == keys.SCHEDULE and state.sched_fire_ms != parsed.fire_ms):
+        scope.wheel.delete(key)  # a stray entry: its job is gone or a command moved it
+        return
+    if parsed.kind == keys.SCHEDULE:
+        fire_schedule(scope, state)  # removes the entry itself
+    else:
+        scope.wheel.delete(key)
+        if parsed.kind == keys.MANUAL:
+            assert parsed.tick_ms is not None
+            fire_manual(scope, state, parsed.tick_ms)
+        elif parsed.kind == keys.TOMBSTONE:
+            if state.tombstone_fire_ms != parsed.fire_ms or not state.completed:
+                return
+            # The tombstone comes back on ``jobs`` as input, and that deletes the state.
+            state.tombstone_fire_ms = None
+            scope.emit_raw(scope.env.jobs_topic, parsed.job_id, None)
+    save_state(scope, state)

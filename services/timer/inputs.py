@@ -1,0 +1,87 @@
+"""One input record of the timer: decode it, route it, and dead-letter what cannot be used.
+
+``jobs``, ``job-results`` and ``retry`` are co-partitioned and keyed by job id. A record
+that does not decode, whose key is not its job id, or whose schedule cannot be computed
+goes to ``dlq`` as an UNDECODABLE dead letter with its raw bytes and source position, and
+processing goes on with the next record.
+"""
+
+from __future__ import annotations
+
+from services.timer.commands import apply_job
+from services.timer.exceptions import ScheduleError
+from services.timer.results import apply_result
+from services.timer.retries import accept_retry
+from services.timer.scope import Scope
+from streams.codec import RecordKind
+from streams.exceptions import DecodeError
+
+
+def handle_input(
+    scope: Scope,
+    topic: str,
+    partition: int,
+    offset: int | None,
+    key: bytes | None,
+    value: bytes | None,
+) -> None:
+    """Apply one record of an input topic; unusable records become dead letters."""
+    env = scope.env
+    try:
+        if key is None:
+            raise DecodeError("record has no key; every kafkron input is keyed by job id")
+        if topic == env.jobs_topic:
+            job = None if value is None else env.codec.decode(RecordKind.JOB, value)
+            if job is not None:
+                _check_key(key, job["job_id"])
+            apply_job(scope, key, value, job)
+        elif topic == env.results_topic:
+            result = env.codec.decode(RecordKind.EXECUTION_RESULT, _value(value))
+            _check_key(key, result["job_id"])
+            apply_result(scope, key, result)
+        elif topic == env.retry_topic:
+            request = env.codec.decode(RecordKind.RETRY_REQUEST, _value(value))
+            _check_key(key, request["due"]["job_id"])
+            accept_retry(scope, request)
+        else:
+            raise DecodeError(f"the timer does not consume topic {topic}")
+    except (DecodeError, ScheduleError) as exc:
+        dead_letter(scope, str(exc), topic, partition, offset, key, value)
+
+
+def dead_letter(
+    scope: Scope,
+    reason: str,
+    topic: str,
+    partition: int,
+    offset: int | None,
+    key: bytes | None,
+    value: bytes | None,
+) -> None:
+    """Emit an UNDECODABLE dead letter carrying the raw record and where it came from."""
+    record = {
+        "kind": "UNDECODABLE",
+        "reason": reason,
+        "source_topic": topic,
+        "source_partition": partition,
+        "source_offset": offset,
+        "raw_key": key,
+        "raw_value": value,
+        "dead_at_ms": scope.now_ms,
+    }
+    value_bytes = scope.env.codec.encode(RecordKind.DEAD_LETTER, record)
+    scope.emit_raw(scope.env.dlq_topic, None, value_bytes)
+
+
+def _value(value: bytes | None) -> bytes:
+    if value is None:
+        raise DecodeError("record has a null value where a kafkron record is expected")
+    return value
+
+
+def _check_key(key: bytes, job_id: str) -> None:
+    if key != job_id.encode():
+        raise DecodeError(
+            f"record key {key!r} is not its job id {job_id!r}; producers must key every record "
+            "by job id so that a job's records share one partition"
+        )

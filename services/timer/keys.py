@@ -1,0 +1,80 @@
+"""Keys of the timing wheel: fire time first (8 bytes big-endian), so a range scan is in time order.
+
+Layout, parsed from both ends (a job id may hold any byte):
+
+* ``SCHEDULE``  ``fire_ms | job_id | b"S"``: the job's next scheduled tick (cron or one-off).
+* ``MANUAL``    ``fire_ms | job_id | tick_ms | b"M"``: a trigger-now fire of ``tick_ms``.
+* ``RETRY``     ``fire_ms | job_id | tick_ms | b"R"``: the next attempt of execution ``tick_ms``.
+* ``TOMBSTONE`` ``fire_ms | job_id | b"T"``: delete a finished one-off from ``jobs``.
+
+Fire times are epoch ms and never negative in practice; they are clamped to 0 so that the
+unsigned big-endian order is the numeric order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULE = ord("S")
+MANUAL = ord("M")
+RETRY = ord("R")
+TOMBSTONE = ord("T")
+
+_WITH_TICK = frozenset({MANUAL, RETRY})
+_KINDS = frozenset({SCHEDULE, MANUAL, RETRY, TOMBSTONE})
+_TIME_LEN = 8
+_MAX_MS = 2**64 - 1
+
+
+def pack_ms(epoch_ms: int) -> bytes:
+    """``epoch_ms`` as 8 big-endian bytes, clamped to the unsigned range."""
+    return min(max(epoch_ms, 0), _MAX_MS).to_bytes(_TIME_LEN, "big")
+
+
+def due_bound(now_ms: int) -> bytes:
+    """The exclusive upper bound of a scan for every entry due at or before ``now_ms``."""
+    return pack_ms(now_ms + 1)
+
+
+def schedule_key(fire_ms: int, job_id: bytes) -> bytes:
+    """Key of a job's scheduled tick firing at ``fire_ms``."""
+    return pack_ms(fire_ms) + job_id + b"S"
+
+
+def manual_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
+    """Key of a manual fire of ``tick_ms``, firing at ``fire_ms``."""
+    return pack_ms(fire_ms) + job_id + pack_ms(tick_ms) + b"M"
+
+
+def retry_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
+    """Key of the next attempt of the execution for ``tick_ms``, firing at ``fire_ms``."""
+    return pack_ms(fire_ms) + job_id + pack_ms(tick_ms) + b"R"
+
+
+def tombstone_key(fire_ms: int, job_id: bytes) -> bytes:
+    """Key of the deletion of a finished one-off job, at ``fire_ms``."""
+    return pack_ms(fire_ms) + job_id + b"T"
+
+
+@dataclass(frozen=True, slots=True)
+class WheelKey:
+    """A parsed wheel key; ``tick_ms`` is set for manual and retry entries only."""
+
+    fire_ms: int
+    job_id: bytes
+    kind: int
+    tick_ms: int | None = None
+
+
+def parse_key(key: bytes) -> WheelKey:
+    """The parts of a wheel key; raises ValueError on a key this module did not write."""
+    if len(key) < _TIME_LEN + 2 or key[-1] not in _KINDS:
+        raise ValueError(f"not a timing-wheel key: {key!r}")
+    kind = key[-1]
+    fire_ms = int.from_bytes(key[:_TIME_LEN], "big")
+    if kind in _WITH_TICK:
+        if len(key) < 2 * _TIME_LEN + 2:
+            raise ValueError(f"timing-wheel key too short for its kind: {key!r}")
+        tick_ms = int.from_bytes(key[-1 - _TIME_LEN : -1], "big")
+        return WheelKey(fire_ms, key[_TIME_LEN : -1 - _TIME_LEN], kind, tick_ms)
+    return WheelKey(fire_ms, key[_TIME_LEN:-1], kind)

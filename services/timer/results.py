@@ -1,0 +1,53 @@
+"""Applying ``job-results``: track executions in flight, release a queued fire, finish one-offs.
+
+STARTED marks an execution in flight (the timer already does so when it emits it; this
+covers executions it did not emit). A final outcome clears it, and when nothing else runs
+a queued fire (overlap QUEUE_ONE) goes out. The final outcome of a one-off's execution
+marks the job completed and schedules its tombstone on ``jobs`` after the retention.
+Attempt failures (FAILED, TIMED_OUT) change nothing: a retry or a dead letter follows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.timer import keys
+from services.timer.firing import fire_queued
+from services.timer.scope import Scope
+from services.timer.state import load_state, mark_running, save_state
+from services.timer.wheel import place_ms
+
+_FINAL = frozenset(
+    {"SUCCEEDED", "DEAD_LETTER", "SKIPPED", "MISSED", "CANCELLED", "UPSTREAM_FAILED"}
+)
+
+
+def apply_result(scope: Scope, job_id: bytes, result: dict[str, Any]) -> None:
+    """Apply one decoded ExecutionResult of ``job_id``."""
+    status = result["status"]
+    if status != "STARTED" and status not in _FINAL:
+        return
+    state = load_state(scope, job_id)
+    if state is None:
+        return
+    tick_ms: int = result["scheduled_for_ms"]
+    if status == "STARTED":
+        if tick_ms not in state.running:
+            mark_running(scope, state, tick_ms)
+            save_state(scope, state)
+        return
+    changed = False
+    if tick_ms in state.running:
+        state.running.remove(tick_ms)
+        changed = True
+        if not state.running:
+            fire_queued(scope, state)
+    job = state.job(scope)
+    if job["cron"] is None and job["run_at_ms"] == tick_ms and not state.completed:
+        state.completed = True
+        fire_ms = place_ms(scope, scope.now_ms + scope.env.one_off_retention_ms)
+        state.tombstone_fire_ms = fire_ms
+        scope.wheel.set(keys.tombstone_key(fire_ms, job_id), b"T")
+        changed = True
+    if changed:
+        save_state(scope, state)

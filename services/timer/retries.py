@@ -1,0 +1,53 @@
+"""Retries: a RetryRequest waits in the wheel and re-emits its next-attempt DueEvent as is.
+
+The executor decides the attempt, backoff and history; the timer only holds the wait. A
+retry of a job that was cancelled or deleted meanwhile ends as CANCELLED instead, so the
+execution still gets exactly one final outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.timer import keys
+from services.timer.firing import CANCELLED_DELETED, CANCELLED_JOB
+from services.timer.scope import PRIORITY_INDEX, Scope
+from services.timer.state import load_state
+from services.timer.wheel import place_ms
+from streams.codec import RecordKind
+
+_MARKER = b"R"
+_HEADER = 2  # marker, priority index
+
+
+def accept_retry(scope: Scope, request: dict[str, Any]) -> None:
+    """Put a decoded RetryRequest in the wheel at its next attempt's ``fire_at_ms``."""
+    due = request["due"]
+    job_id = due["job_id"].encode()
+    value = (
+        _MARKER
+        + bytes([PRIORITY_INDEX[due["priority"]]])
+        + scope.env.codec.encode(RecordKind.DUE_EVENT, due)
+    )
+    key = keys.retry_key(place_ms(scope, due["fire_at_ms"]), job_id, due["scheduled_for_ms"])
+    scope.wheel.set(key, value)
+
+
+def fire_retry(scope: Scope, key: bytes, value: bytes) -> None:
+    """Emit the carried DueEvent, or CANCELLED when its job is no longer active."""
+    parsed = keys.parse_key(key)
+    scope.wheel.delete(key)
+    state = load_state(scope, parsed.job_id)
+    if state is not None and state.status not in ("CANCELLED", "COMPLETED"):
+        scope.emit_raw(scope.env.due_topics[value[1]], parsed.job_id, value[_HEADER:])
+        return
+    due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[_HEADER:])
+    scope.emit_outcome(
+        due["job_id"],
+        due["scheduled_for_ms"],
+        "CANCELLED",
+        CANCELLED_DELETED if state is None else CANCELLED_JOB,
+        trigger=due["trigger"],
+        job_version=due["job_version"],
+        attempt=due["attempt"],
+    )

@@ -1,0 +1,137 @@
+"""What one unit of timer work touches: the partition's two stores, the clock, and its outputs.
+
+The timer's logic is written against :class:`StoreTransaction` and :data:`Emit` so that it
+runs unchanged on the processor runtime's RocksDB transactions and on the in-memory fake of
+the unit tests. :class:`TimerEnv` holds what is fixed for the process; a :class:`Scope` is
+built per input record or punctuation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.timer.due_bytes import DueEventBytes, due_event_record
+from services.timer.settings import TimerSettings
+from streams.codec import Codec, RecordKind
+from streams.identity import execution_id
+from streams.topics import Priority, TopicNames
+
+
+class StoreTransaction(Protocol):
+    """The key-value operations the timer needs from one partition's store."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def set(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]: ...
+
+
+Emit = Callable[[str, bytes | None, bytes | None], None]
+"""Produce ``(topic, key, value)`` in the current transaction; a ``None`` value is a tombstone."""
+
+PRIORITIES: tuple[str, ...] = tuple(p.value for p in Priority)
+"""Priority names in the order of their one-byte index in stored wheel values."""
+PRIORITY_INDEX: Mapping[str, int] = {name: i for i, name in enumerate(PRIORITIES)}
+
+
+@dataclass(frozen=True)
+class TimerEnv:
+    """Everything fixed for one timer process: codec, topic names, limits."""
+
+    codec: Codec
+    due_bytes: DueEventBytes
+    jobs_topic: str
+    results_topic: str
+    retry_topic: str
+    dlq_topic: str
+    due_topics: tuple[str, ...]  # indexed like PRIORITIES
+    batch_size: int
+    misfire_grace_ms: int
+    max_catchup_ticks: int
+    max_running_per_job: int
+    one_off_retention_ms: int
+    instance_id: str
+
+    @classmethod
+    def from_settings(cls, settings: TimerSettings, codec: Codec | None = None) -> TimerEnv:
+        """The environment of a timer configured by ``settings``."""
+        codec = codec or Codec.from_directory()
+        names = TopicNames(settings.kafka.namespace)
+        return cls(
+            codec=codec,
+            due_bytes=DueEventBytes(codec),
+            jobs_topic=names.jobs,
+            results_topic=names.job_results,
+            retry_topic=names.retry,
+            dlq_topic=names.dlq,
+            due_topics=tuple(names.due(Priority(p)) for p in PRIORITIES),
+            batch_size=settings.batch_size,
+            misfire_grace_ms=settings.misfire_grace_ms,
+            max_catchup_ticks=settings.max_catchup_ticks,
+            max_running_per_job=settings.max_running_per_job,
+            one_off_retention_ms=settings.one_off_retention_ms,
+            instance_id=settings.instance_id,
+        )
+
+
+@dataclass
+class Scope:
+    """One record's or one punctuation's view: stores, now, and counted outputs."""
+
+    env: TimerEnv
+    jobs: StoreTransaction
+    wheel: StoreTransaction
+    emit: Emit
+    now_ms: int
+    emitted: int = field(default=0)
+    # The wheel's fired-through watermark, loaded on first use (see wheel.py).
+    fired_through: bytes | None = field(default=None)
+    # During a drain, new entries are keyed after the scan's bound (see wheel.place_ms).
+    placement_floor_ms: int = field(default=0)
+
+    def emit_due(self, job: Mapping[str, Any], tick_ms: int, fire_at_ms: int, trigger: str) -> None:
+        """Emit the first attempt of the execution of ``job`` for ``tick_ms``."""
+        exec_id = execution_id(job["job_id"], tick_ms)
+        record = due_event_record(job, tick_ms, fire_at_ms, trigger, self.now_ms, exec_id)
+        value = self.env.codec.encode(RecordKind.DUE_EVENT, record)
+        topic = self.env.due_topics[PRIORITY_INDEX[job["priority"]]]
+        self.emit(topic, job["job_id"].encode(), value)
+        self.emitted += 1
+
+    def emit_outcome(
+        self,
+        job_id: str,
+        tick_ms: int,
+        status: str,
+        reason: str,
+        *,
+        trigger: str = "SCHEDULE",
+        job_version: int = 0,
+        attempt: int = 0,
+    ) -> None:
+        """Record a fire's outcome that is not a run (SKIPPED, MISSED, CANCELLED) with why."""
+        record = {
+            "execution_id": execution_id(job_id, tick_ms),
+            "job_id": job_id,
+            "scheduled_for_ms": tick_ms,
+            "attempt": attempt,
+            "status": status,
+            "reason": reason,
+            "worker_id": self.env.instance_id,
+            "trigger": trigger,
+            "job_version": job_version,
+            "recorded_at_ms": self.now_ms,
+        }
+        value = self.env.codec.encode(RecordKind.EXECUTION_RESULT, record)
+        self.emit(self.env.results_topic, job_id.encode(), value)
+        self.emitted += 1
+
+    def emit_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Emit bytes built elsewhere (a carried retry DueEvent, a tombstone, a dead letter)."""
+        self.emit(topic, key, value)
+        self.emitted += 1

@@ -1,0 +1,58 @@
+"""The timer service's settings: one frozen object, read from the environment at the entry point."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streams.settings import KafkaSettings
+
+
+def _default_instance_id() -> str:
+    return f"timer-{socket.gethostname()}-{os.getpid()}"
+
+
+class TimerSettings(BaseSettings):
+    """How one timer process fires: pace, batch bounds, grace and retention.
+
+    Environment variables carry the prefix ``KAFKRON_TIMER_`` (for example
+    ``KAFKRON_TIMER_BATCH_SIZE``); ``kafka`` is read with its own ``KAFKRON_`` prefix.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KAFKRON_TIMER_", frozen=True, extra="ignore")
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # How often each owned partition's wheel is scanned for due entries.
+    punctuate_interval_ms: int = Field(default=10, ge=1)
+    # At most this many records are emitted per partition per punctuation, so a hot second
+    # is drained in bounded slices and other partitions keep firing.
+    batch_size: int = Field(default=1000, ge=1)
+    # A finished one-off job is deleted from ``jobs`` (tombstone) this long after it ended.
+    one_off_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
+    # A tick fired within this lateness is on time even for catch-up=NONE (rebalances and
+    # failovers make every timer a few seconds late now and then).
+    misfire_grace_ms: int = Field(default=60_000, ge=0)
+    # At most this many ticks of one job are settled per firing; the rest follow next time.
+    max_catchup_ticks: int = Field(default=1000, ge=1)
+    # Executions remembered as running per job (overlap decisions); older ones are dropped.
+    max_running_per_job: int = Field(default=64, ge=1)
+    # Names this process's transactional producer; give each timer a stable one (timer-0,
+    # timer-1, ...) so a restart aborts its predecessor's open transaction at once instead
+    # of after transaction_timeout_ms.
+    instance_id: str = Field(default_factory=_default_instance_id)
+    # Processor runtime tuning (streams.processor.ProcessorOptions).
+    consume_batch_size: int = Field(default=1000, ge=1)
+    commit_interval_ms: int = Field(default=1000, ge=1)
+    poll_timeout_ms: int = Field(default=100, ge=1)
+    transaction_timeout_ms: int = Field(default=10_000, ge=1000)
+    # A dead timer's partitions move to the others after this long (KIP-848 group config).
+    session_timeout_ms: int = Field(default=6_000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=1_000, ge=100)
+    static_membership: bool = False
+
+    def group_id(self) -> str:
+        """The consumer group of every timer process of this namespace."""
+        return f"{self.kafka.namespace}timer"

@@ -1,0 +1,194 @@
+"""Per-job timer state in the ``jobs`` store, and the one invariant tying it to the wheel.
+
+A job's state holds its last accepted Job record (as received, Avro bytes), its pending
+wheel entries, its last settled tick, the executions in flight and the one queued.
+
+*Fast entries.* An on-time one-off with nothing in flight fires from its wheel entry alone
+(see ``drain.py``), without reading or writing this state, which halves the per-fire work.
+Such an entry is marked ``fast`` here. When the state is next loaded and its fast entry is
+below the wheel's fired-through watermark or gone (``wheel.py``), the entry fired:
+:func:`load_state` applies that fire (tick settled, execution in flight) before anyone
+looks. Every other way an entry is settled writes the state in the same transaction, so
+the rule is exact.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.timer import keys
+from services.timer.due_bytes import due_event_record, fire_at_ms
+from services.timer.scope import PRIORITY_INDEX, Scope
+from services.timer.wheel import is_fired, place_ms
+from streams.codec import RecordKind
+from streams.identity import execution_id
+
+_FORMAT = 1
+_FAST = b"F"
+_SLOW = b"S"
+
+
+@dataclass(slots=True)
+class TimerState:
+    """What the timer keeps per job (see the module docstring)."""
+
+    job_id: str
+    version: int
+    job_bytes: bytes
+    status: str
+    sched_tick_ms: int | None = None  # the pending scheduled tick, if any
+    sched_fire_ms: int | None = None  # the time its wheel key carries (wheel.place_ms)
+    fast: bool = False  # the pending scheduled entry may fire without this state
+    last_tick_ms: int | None = None  # newest scheduled tick that got its outcome
+    running: list[int] = field(default_factory=list)  # ticks of executions in flight
+    queued: tuple[int, str] | None = None  # (tick, trigger) waiting for the running one
+    manual: list[tuple[int, int]] = field(default_factory=list)  # pending (key ms, tick)
+    manual_done_ms: int | None = None  # newest manual_fire_at_ms accepted
+    completed: bool = False  # a one-off whose execution has its final outcome
+    tombstone_fire_ms: int | None = None  # when the finished one-off is deleted
+    decoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def job(self, scope: Scope) -> dict[str, Any]:
+        """The Job record as a dict, decoded once per load."""
+        if self.decoded is None:
+            self.decoded = scope.env.codec.decode(RecordKind.JOB, self.job_bytes)
+        return self.decoded
+
+    @property
+    def key(self) -> bytes:
+        return self.job_id.encode()
+
+
+def encode_state(state: TimerState) -> bytes:
+    """The stored form: format byte, 4-byte length, JSON of the fields, the Job bytes."""
+    meta = [
+        state.job_id,
+        state.version,
+        state.status,
+        state.sched_tick_ms,
+        state.sched_fire_ms,
+        state.fast,
+        state.last_tick_ms,
+        state.running,
+        list(state.queued) if state.queued is not None else None,
+        [list(entry) for entry in state.manual],
+        state.manual_done_ms,
+        state.completed,
+        state.tombstone_fire_ms,
+    ]
+    body = json.dumps(meta, separators=(",", ":")).encode()
+    return bytes([_FORMAT]) + len(body).to_bytes(4, "big") + body + state.job_bytes
+
+
+def decode_state(data: bytes) -> TimerState:
+    """The state :func:`encode_state` wrote."""
+    if not data or data[0] != _FORMAT:
+        raise ValueError(f"unknown timer state format {data[:1]!r}")
+    size = int.from_bytes(data[1:5], "big")
+    meta = json.loads(data[5 : 5 + size])
+    queued = meta[8]
+    return TimerState(
+        job_id=meta[0],
+        version=meta[1],
+        job_bytes=data[5 + size :],
+        status=meta[2],
+        sched_tick_ms=meta[3],
+        sched_fire_ms=meta[4],
+        fast=meta[5],
+        last_tick_ms=meta[6],
+        running=meta[7],
+        queued=(queued[0], queued[1]) if queued is not None else None,
+        manual=[(entry[0], entry[1]) for entry in meta[9]],
+        manual_done_ms=meta[10],
+        completed=meta[11],
+        tombstone_fire_ms=meta[12],
+    )
+
+
+def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
+    """The job's state with a fire of its fast entry applied, or None for an unknown job."""
+    data = scope.jobs.get(job_id)
+    if data is None:
+        return None
+    state = decode_state(data)
+    if state.fast and state.sched_fire_ms is not None and state.sched_tick_ms is not None:
+        key = keys.schedule_key(state.sched_fire_ms, job_id)
+        if not is_fired(scope, key) and scope.wheel.get(key) is not None:
+            return state
+        tick_ms = state.sched_tick_ms
+        state.last_tick_ms = tick_ms
+        mark_running(scope, state, tick_ms)
+        state.sched_tick_ms = state.sched_fire_ms = None
+        state.fast = False
+    return state
+
+
+def save_state(scope: Scope, state: TimerState) -> None:
+    """Store ``state``, first turning its pending entry fast or slow as the state now allows."""
+    tick_ms = state.sched_tick_ms
+    if tick_ms is not None and fast_allowed(scope, state) != state.fast:
+        set_schedule_entry(scope, state, tick_ms)
+    scope.jobs.set(state.key, encode_state(state))
+
+
+def delete_state(scope: Scope, state: TimerState) -> None:
+    """Forget the job (its wheel entries must be gone already)."""
+    scope.jobs.delete(state.key)
+
+
+def mark_running(scope: Scope, state: TimerState, tick_ms: int) -> None:
+    """Remember the execution for ``tick_ms`` as in flight, keeping the list bounded."""
+    if tick_ms not in state.running:
+        state.running.append(tick_ms)
+        overflow = len(state.running) - scope.env.max_running_per_job
+        if overflow > 0:
+            del state.running[:overflow]
+
+
+def fast_allowed(scope: Scope, state: TimerState) -> bool:
+    """True when the pending entry can fire blind: an active one-off with nothing in flight."""
+    if not scope.env.due_bytes.spliceable or state.status != "SCHEDULED" or state.completed:
+        return False
+    job = state.job(scope)
+    if job["cron"] is not None or job["run_at_ms"] != state.sched_tick_ms:
+        return False
+    return job["overlap"] == "ALLOW" or (not state.running and state.queued is None)
+
+
+def set_schedule_entry(scope: Scope, state: TimerState, tick_ms: int) -> None:
+    """Put the job's entry for ``tick_ms`` in the wheel, replacing any earlier one."""
+    clear_schedule_entry(scope, state)
+    job = state.job(scope)
+    fire_ms = fire_at_ms(job, tick_ms)
+    key_ms = place_ms(scope, fire_ms)
+    state.sched_tick_ms, state.sched_fire_ms = tick_ms, key_ms
+    state.fast = fast_allowed(scope, state)
+    if state.fast:
+        record = _due_record_for(job, tick_ms, fire_ms)
+        value = (
+            _FAST + bytes([PRIORITY_INDEX[job["priority"]]]) + scope.env.due_bytes.prefix(record)
+        )
+    else:
+        value = _SLOW
+    scope.wheel.set(keys.schedule_key(key_ms, state.key), value)
+
+
+def clear_schedule_entry(scope: Scope, state: TimerState) -> None:
+    """Remove the job's pending scheduled entry, if any."""
+    if state.sched_fire_ms is not None:
+        scope.wheel.delete(keys.schedule_key(state.sched_fire_ms, state.key))
+    state.sched_tick_ms = state.sched_fire_ms = None
+    state.fast = False
+
+
+def _due_record_for(job: dict[str, Any], tick_ms: int, fire_ms: int) -> dict[str, Any]:
+    return due_event_record(
+        job, tick_ms, fire_ms, "SCHEDULE", 0, execution_id(job["job_id"], tick_ms)
+    )
+
+
+FAST_VALUE_HEADER = 2
+"""Bytes before the DueEvent prefix in a fast entry's value: the marker and the priority."""
+FAST_MARKER = _FAST[0]
