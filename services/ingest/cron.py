@@ -1,9 +1,4 @@
-"""The one door from ingest to cron arithmetic.
-
-Cron parsing lives in ``services.timer.schedule`` for now; services must not import each
-other, so this module is the only place ingest does. When the lead moves it to ``streams/``
-only the import below changes.
-"""
+"""Cron validation and first ticks for ingest, cached (``streams.schedule`` does the work)."""
 
 from __future__ import annotations
 
@@ -11,8 +6,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from services.timer.exceptions import ScheduleError
-from services.timer.schedule import CronSpec, next_fire_after, parse_cron
+from streams.exceptions import ScheduleError
+from streams.schedule import CronSpec, next_fire_after, parse_cron
 
 __all__ = ["CronSpec", "ScheduleError", "cron_spec", "first_tick_after"]
 

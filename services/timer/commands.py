@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from services.timer import keys
-from services.timer.exceptions import ScheduleError
 from services.timer.firing import (
     CANCELLED_DELETED,
     CANCELLED_JOB,
@@ -20,7 +19,6 @@ from services.timer.firing import (
     fire_manual,
     fire_schedule,
 )
-from services.timer.schedule import next_fire_after
 from services.timer.scope import Scope
 from services.timer.state import (
     TimerState,
@@ -31,6 +29,8 @@ from services.timer.state import (
     set_schedule_entry,
 )
 from services.timer.wheel import place_ms
+from streams.exceptions import ScheduleError
+from streams.schedule import next_fire_after
 
 _INACTIVE = ("CANCELLED", "COMPLETED")
 

@@ -24,7 +24,6 @@ from services.timer.policies import (
     overlap_skip_reason,
     plan_catchup,
 )
-from services.timer.schedule import CronSpec, next_fire_after, parse_cron
 from services.timer.scope import Scope
 from services.timer.state import (
     TimerState,
@@ -32,6 +31,7 @@ from services.timer.state import (
     mark_running,
     set_schedule_entry,
 )
+from streams.schedule import CronSpec, next_fire_after, parse_cron
 
 SKIPPED_PAUSED = "paused"
 CANCELLED_JOB = "job cancelled"

@@ -9,12 +9,11 @@ processing goes on with the next record.
 from __future__ import annotations
 
 from services.timer.commands import apply_job
-from services.timer.exceptions import ScheduleError
 from services.timer.results import apply_result
 from services.timer.retries import accept_retry
 from services.timer.scope import Scope
 from streams.codec import RecordKind
-from streams.exceptions import DecodeError
+from streams.exceptions import DecodeError, ScheduleError
 
 
 def handle_input(

@@ -27,7 +27,6 @@ from services.timer.policies import (
     SKIPPED_STILL_RUNNING,
     jitter_offset_ms,
 )
-from services.timer.schedule import next_fire_after, parse_cron
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
 from services.timer.state import load_state
@@ -43,6 +42,7 @@ from streams.records import (
     Priority,
     RetryRequest,
 )
+from streams.schedule import next_fire_after, parse_cron
 from streams.settings import KafkaSettings
 
 CODEC = Codec.from_directory()

@@ -36,8 +36,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-from services.timer.exceptions import ScheduleError
-from services.timer.walltime import fold_containing, instants_of_wall, wall_of_ms
+from streams.exceptions import ScheduleError
+from streams.walltime import fold_containing, instants_of_wall, wall_of_ms
 
 _ACCEPTED_FORMS = (
     "accepted: 5 fields 'minute hour day-of-month month day-of-week' or 6 fields with "

@@ -1,4 +1,4 @@
-"""Cron parsing, tick computation and the DST policy of services.timer.schedule.
+"""Cron parsing, tick computation and the DST policy of streams.schedule.
 
 Examples are checked against hand-computed UTC instants; property tests compare with an
 independent brute-force reference (scan every minute or second) and with croniter itself.
@@ -16,15 +16,14 @@ from croniter import croniter
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from services.timer.exceptions import ScheduleError
-from services.timer.schedule import (
+from streams.exceptions import KafkronError, ScheduleError
+from streams.schedule import (
     CronSpec,
     FoldPolicy,
     next_fire_after,
     parse_cron,
     ticks_between,
 )
-from streams.exceptions import KafkronError
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
