@@ -1,0 +1,71 @@
+"""The group consumer, used from one thread only: consume, queued calls, group metadata.
+
+librdkafka serves a consumer's group operations on the thread that runs its rebalance
+callbacks; while a callback waits for the event loop, a ``pause()``, ``seek()`` or
+``consumer_group_metadata()`` made on the loop's thread would wait for the callback: a
+deadlock. So the loop never calls the consumer while it is open. It queues calls
+(:meth:`Consuming.queue`), which the consume thread makes before its next ``consume()`` and
+at the end of every rebalance callback, and it reads the group metadata the consume thread
+took last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import Consumer, KafkaException, Message
+
+log = logging.getLogger(__name__)
+
+ConsumerCall = Callable[[Consumer], object]
+
+
+class Consuming:
+    """One consume call at a time on a dedicated thread, plus the calls queued for it."""
+
+    def __init__(self, consumer: Consumer, batch_size: int, timeout_s: float) -> None:
+        self.consumer = consumer
+        self._batch_size = batch_size
+        self._timeout_s = timeout_s
+        self._calls: deque[ConsumerCall] = deque()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="kafkron-consume")
+        self.group_metadata: object = consumer.consumer_group_metadata()
+
+    def queue(self, call: ConsumerCall) -> None:
+        """Make ``call(consumer)`` on the consume thread, before its next consume."""
+        self._calls.append(call)
+
+    def start_batch(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[list[Message]]:
+        """Consume one batch on the consume thread (rebalance callbacks fire inside it)."""
+        return loop.run_in_executor(self._thread, self._batch)
+
+    def _batch(self) -> list[Message]:
+        self.run_queued(self.consumer)
+        messages = self.consumer.consume(self._batch_size, self._timeout_s)
+        self.refresh_metadata(self.consumer)
+        return messages
+
+    def run_queued(self, consumer: Consumer) -> None:
+        """Make the queued calls, oldest first (on the thread that owns the consumer now)."""
+        while self._calls:
+            call = self._calls.popleft()
+            try:
+                call(consumer)
+            except KafkaException as exc:  # e.g. seeking a partition released meanwhile
+                log.debug("consumer call skipped: %s", exc)
+
+    def refresh_metadata(self, consumer: Consumer) -> None:
+        """Take the group metadata the next commit sends (a stale one only fences it)."""
+        self.group_metadata = consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        """Leave the group (revoke callbacks fire on the calling thread), stop the thread."""
+        try:
+            self.run_queued(self.consumer)
+            self.consumer.close()
+        finally:
+            self._thread.shutdown(wait=True)

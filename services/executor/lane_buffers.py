@@ -1,0 +1,97 @@
+"""Consumed due records waiting to run, one bounded FIFO per priority lane.
+
+:meth:`LaneBuffers.take` picks the lane with :class:`~services.executor.lanes.LaneSelector`
+(higher priority first, a starvation bound per lane), one record per pick. A lane holding
+``capacity`` records asks for its partitions to be paused; it asks for a resume once it is
+down to half. Records fetched before a pause took effect still go in, so the bound is soft
+by at most one consumer batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Mapping
+
+from confluent_kafka import Message
+
+from services.executor.lanes import LANES, LaneSelector
+from streams.topics import Priority
+
+
+class LaneBuffers:
+    """Per-lane FIFOs of consumed records of the due topics named in ``lane_of_topic``."""
+
+    def __init__(
+        self,
+        lane_of_topic: Mapping[str, Priority],
+        capacity: int,
+        max_passes: Mapping[Priority, int] | None = None,
+    ) -> None:
+        self._lane_of_topic = dict(lane_of_topic)
+        self._capacity = capacity
+        self._resume_at = capacity // 2
+        self._selector = LaneSelector(max_passes)
+        self._buffers: dict[Priority, deque[Message]] = {lane: deque() for lane in LANES}
+        self._size = 0
+        self._full: set[Priority] = set()
+        self._changed = False
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, message: Message) -> None:
+        """Queue one consumed record of a due topic."""
+        lane = self._lane_of_topic[message.topic() or ""]
+        buffer = self._buffers[lane]
+        buffer.append(message)
+        self._size += 1
+        if len(buffer) >= self._capacity and lane not in self._full:
+            self._full.add(lane)
+            self._changed = True
+
+    def take(self) -> Message | None:
+        """The next record to run, by lane priority and starvation bound; None when empty."""
+        if not self._size:
+            return None
+        buffers = self._buffers
+        lane = self._selector.pick([lane for lane in LANES if buffers[lane]])
+        assert lane is not None
+        buffer = buffers[lane]
+        message = buffer.popleft()
+        self._size -= 1
+        if lane in self._full and len(buffer) <= self._resume_at:
+            self._full.discard(lane)
+            self._changed = True
+        return message
+
+    def full_lanes(self) -> frozenset[Priority] | None:
+        """The lanes to keep paused, when that changed since the last call; else None."""
+        if not self._changed:
+            return None
+        self._changed = False
+        return frozenset(self._full)
+
+    def discard(self, partitions: Collection[tuple[str, int]]) -> int:
+        """Drop the records of ``partitions`` (revoked); returns how many were dropped."""
+        wanted = set(partitions)
+        if not wanted:
+            return 0
+        dropped = 0
+        for lane, buffer in self._buffers.items():
+            kept = deque(m for m in buffer if (m.topic(), m.partition()) not in wanted)
+            dropped += len(buffer) - len(kept)
+            self._buffers[lane] = kept
+            if lane in self._full and len(kept) <= self._resume_at:
+                self._full.discard(lane)
+                self._changed = True
+        self._size -= dropped
+        return dropped
+
+    def clear(self) -> None:
+        """Drop everything (the transaction was aborted and the input is rewound)."""
+        for buffer in self._buffers.values():
+            buffer.clear()
+        self._size = 0
+        self._changed = self._changed or bool(self._full)
+        self._full.clear()
+        self._selector.reset()

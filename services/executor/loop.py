@@ -1,0 +1,293 @@
+"""The executor's consume / run / commit loop: one asyncio loop, many runs in flight.
+
+- **Consume.** ``consume()`` runs on one dedicated thread with always one call in flight,
+  so the event loop keeps running handlers while it waits. Rebalance callbacks fire on that
+  thread and hand their work to the event loop, waiting for it (a revoke waits for runs).
+- **Dispatch.** Records wait in :class:`LaneBuffers` (priority with a starvation bound) and
+  run on :class:`Chains`: a direct ``await`` per record, up to ``max_in_flight`` at once
+  (:class:`RecordRunner` runs one record).
+- **Commit** every ``commit_interval_ms`` through :class:`Committer`: results, retries,
+  dead letters, dedup changelog and positions (per partition the lowest unfinished offset)
+  in one transaction.
+- **Revoke:** no new runs for those partitions, runs get ``revoke_grace_s`` to finish,
+  commit, drop the rest. **Lost**, or an **aborted transaction:** abort, cancel every run,
+  rewind every owned partition to its last committed position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from functools import partial
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from services.executor.assignment import TP, Assignment
+from services.executor.chains import Chains
+from services.executor.clients import open_clients
+from services.executor.commit import CommitAbortedError, Committer
+from services.executor.consuming import Consuming
+from services.executor.handlers import HandlerRegistry
+from services.executor.lane_buffers import LaneBuffers
+from services.executor.lanes import LANES
+from services.executor.offsets import OffsetTracker
+from services.executor.rebalance import RebalanceBridge
+from services.executor.runs import RecordRunner
+from services.executor.settings import ExecutorSettings
+from services.executor.stats import ExecutorStats
+from services.executor.sync_pool import SyncHandlerPool
+from streams.codec import Codec
+from streams.exceptions import KafkronError
+from streams.topics import TopicNames
+
+log = logging.getLogger(__name__)
+_CONSUME_TIMEOUT_S = 0.1
+_RESTORE_STEP_S = 0.005
+
+ConsumeFuture = asyncio.Future[list[Message]]
+
+
+def _seek(position: TopicPartition, consumer: Consumer) -> None:
+    consumer.seek(position)
+
+
+class ExecutorLoop:
+    """One executor process's group member: consumes ``due.*``, runs handlers, commits."""
+
+    def __init__(self, settings: ExecutorSettings, registry: HandlerRegistry, codec: Codec) -> None:
+        self.settings = settings
+        self._names = TopicNames(settings.kafka.namespace)
+        self._lane_of_topic = {self._names.due(lane): lane for lane in LANES}
+        self._registry, self._codec = registry, codec
+        self._offsets: OffsetTracker[TP] = OffsetTracker()
+        self._buffers = LaneBuffers(
+            self._lane_of_topic, settings.lane_buffer_size, settings.lane_max_passes
+        )
+        self.stats = ExecutorStats()
+        self._rewind: dict[TP, int] = {}  # last committed (or first consumed) position
+        self._pending_seeks: dict[TP, int] = {}
+        self._abort_reason: str | None = None
+        self._stopping = self._failed = False
+        self._interval_s = settings.commit_interval_ms / 1000
+        self._last_commit = time.monotonic()
+
+    def start(self) -> None:
+        """Open the clients and stores, and subscribe to the due topics."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        clients = self._clients = open_clients(self.settings, list(self._lane_of_topic))
+        self._producer = clients.producer
+        consuming = self._consuming = Consuming(
+            clients.consumer, self.settings.consume_batch_size, _CONSUME_TIMEOUT_S
+        )
+        self._assignment = Assignment(consuming, clients.dedup, clients.recovery)
+        self._committer = Committer(
+            self._producer, lambda: consuming.group_metadata, self._offsets, clients.dedup
+        )
+        self._pool = SyncHandlerPool(self.settings.sync_pool_size)
+        self._runs = RecordRunner(
+            worker_id=self.settings.worker_id, names=self._names, codec=self._codec,
+            registry=self._registry, pool=self._pool, producer=self._producer,
+            dedup=clients.dedup, assignment=self._assignment, offsets=self._offsets,
+            stats=self.stats, request_abort=self._request_abort,
+        )  # fmt: skip
+        self._chains = Chains(self._buffers, self._runs.execute, self.settings.max_in_flight)
+        bridge = RebalanceBridge(
+            self._loop, assigned=self._assigned, revoked=self._revoked, lost=self._lost,
+            before_revoke=self._wait_for_runs, consuming=consuming,
+        )  # fmt: skip
+        clients.consumer.subscribe(
+            list(self._lane_of_topic), on_assign=bridge.on_assign, on_revoke=bridge.on_revoke,
+            on_lost=bridge.on_lost,
+        )  # fmt: skip
+
+    def ready_partitions(self) -> list[TP]:
+        """Owned due partitions that start runs (dedup restored, not being revoked)."""
+        assignment = self._assignment
+        return sorted(tp for tp in assignment.owned if assignment.token_to_start(tp) is not None)
+
+    @property
+    def buffered(self) -> int:
+        """Consumed records waiting in the lane buffers."""
+        return len(self._buffers)
+
+    def produce_in_transaction(self, topic: str, *, key: bytes, value: bytes) -> None:
+        """Produce inside the open transaction (``kafka`` handlers: exactly-once output)."""
+        self._producer.produce(topic, key, value)
+
+    async def run(self, stop_event: threading.Event) -> None:
+        """Consume and run until ``stop_event`` is set; then drain, commit and close."""
+        self.start()
+        consume: ConsumeFuture | None = None
+        try:
+            while not stop_event.is_set():
+                consume = await self._iterate(consume)
+            await self._drain(consume)
+            consume = None
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            await self._close(consume)
+
+    async def _iterate(self, consume: ConsumeFuture | None) -> ConsumeFuture:
+        if self._abort_reason is not None:
+            self._abort(self._abort_reason)
+        if consume is not None and consume.done():
+            self._accept(consume.result())
+            consume = None
+        if consume is None:  # seek only between consume calls: no stale batch can follow
+            self._queue_seeks()
+            consume = self._consuming.start_batch(self._loop)
+            consume.add_done_callback(lambda _: self._wake.set())
+        restoring = self._assignment.step_restore()
+        full = self._buffers.full_lanes()
+        if full is not None:
+            self._assignment.pause_topics(
+                [t for t, lane in self._lane_of_topic.items() if lane in full]
+            )
+        spawned = self._chains.dispatch()
+        self._producer.poll()
+        if time.monotonic() - self._last_commit >= self._interval_s:
+            self._commit()
+        if spawned or restoring:
+            await asyncio.sleep(0 if spawned else _RESTORE_STEP_S)
+        else:
+            await self._wait_for_wake()
+        return consume
+
+    async def _wait_for_wake(self) -> None:
+        if not self._wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._last_commit + self._interval_s - time.monotonic()):
+                    await self._wake.wait()
+        self._wake.clear()
+
+    def _accept(self, messages: list[Message]) -> None:
+        assignment, pending = self._assignment, self._pending_seeks
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._consumer_error(error)
+                continue
+            tp = (message.topic() or "", message.partition() or 0)
+            self.stats.consumed += 1
+            if tp in pending or self._stopping:
+                continue
+            if assignment.token_to_start(tp) is not None:
+                self._rewind.setdefault(tp, message.offset() or 0)
+                self._buffers.add(message)
+            elif assignment.restoring(tp):
+                pending[tp] = message.offset() or 0  # read again once its dedup is restored
+
+    def _queue_seeks(self) -> None:
+        """Rewind partitions; messages of theirs consumed before were dropped in _accept."""
+        for (topic, partition), offset in self._pending_seeks.items():
+            self._consuming.queue(partial(_seek, TopicPartition(topic, partition, offset)))
+        self._pending_seeks.clear()
+
+    def _request_abort(self, reason: str) -> None:
+        self._abort_reason = self._abort_reason or reason
+        self._wake.set()
+
+    def _commit(self) -> None:
+        self._last_commit = time.monotonic()
+        if self._abort_reason is not None:  # a produce failed: the transaction lacks records
+            self._abort(self._abort_reason)
+            return
+        try:
+            committed = self._committer.commit(self._runs.active)
+        except CommitAbortedError as exc:
+            self.stats.aborts += 1
+            log.warning("%s; rewinding to the last commit, runs since then run again", exc)
+            self._reset()
+            return
+        if committed is not None:
+            self.stats.commits += 1
+            self._rewind.update(committed)
+
+    def _abort(self, reason: str) -> None:
+        log.warning("aborting the transaction (%s); rewinding to the last commit", reason)
+        self._abort_reason = None
+        self.stats.aborts += 1
+        try:
+            self._committer.abort()
+        finally:
+            self._reset()
+
+    def _reset(self) -> None:
+        """After an abort: cancel every run, forget positions, rewind every owned partition."""
+        self._chains.cancel_all()
+        self._buffers.clear()
+        for tp in self._runs.active:
+            self._offsets.drop(tp)
+        self._runs.active.clear()
+        self._assignment.renew_tokens()
+        self._pending_seeks.update(self._rewind)
+
+    def _release(self, tps: list[TP]) -> None:
+        self._buffers.discard(tps)
+        for tp in tps:
+            self._runs.cancel(tp)
+            self._offsets.drop(tp)
+            self._runs.active.discard(tp)
+            self._rewind.pop(tp, None)
+            self._pending_seeks.pop(tp, None)
+        self._assignment.released(tps)
+
+    async def _wait_for_runs(self, tps: list[TP]) -> None:
+        """Revoke began: no new runs for ``tps``; their runs get ``revoke_grace_s``."""
+        self._assignment.stop_starting(tps)
+        self._buffers.discard(tps)
+        await self._runs.wait(tps, self.settings.revoke_grace_s)
+
+    def _revoked(self, tps: list[TP]) -> None:
+        try:
+            if self._failed:
+                self._committer.abort()
+            else:
+                self._commit()
+        finally:
+            self._release(tps)
+        log.info("%s released %s", self.settings.worker_id, sorted(tps))
+
+    def _lost(self, tps: list[TP]) -> None:
+        log.warning("%s lost %s: its transaction is aborted", self.settings.worker_id, sorted(tps))
+        try:
+            self._abort("partitions lost")
+        finally:
+            self._release(tps)
+
+    def _assigned(self, tps: list[TP]) -> None:
+        self._assignment.assigned(tps)
+        log.info("%s assigned %s", self.settings.worker_id, sorted(tps))
+
+    def _consumer_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal():
+            raise KafkronError(f"the consumer failed fatally: {error}; restart the executor")
+        log.warning("consumer: %s (librdkafka retries)", error)
+
+    async def _drain(self, consume: ConsumeFuture | None) -> None:
+        """Stop taking records, give runs ``revoke_grace_s`` to finish, commit, drop the rest."""
+        self._stopping = self._chains.stopping = True
+        await self._runs.wait(list(self._runs.running), self.settings.revoke_grace_s)
+        self._commit()
+        if consume is not None:
+            await asyncio.wait([consume])
+        log.info("executor %s stopping: %s", self.settings.worker_id, self.stats.summary())
+
+    async def _close(self, consume: ConsumeFuture | None) -> None:
+        self._chains.cancel_all()
+        await self._chains.wait_all()
+        if consume is not None:
+            await asyncio.wait([consume])
+        try:
+            self._consuming.close()  # revokes on this thread: _revoked commits, releases
+        finally:
+            self._pool.close()
+            self._clients.close()

@@ -1,0 +1,36 @@
+"""Entry point of one executor process: ``python -m services.executor.main``.
+
+Settings come from the environment (``KAFKRON_EXECUTOR_*`` and ``KAFKRON_*``), read here only.
+SIGTERM or SIGINT stops it gracefully: no new runs, runs in progress get ``revoke_grace_s``
+to finish, a final commit, then it leaves the group.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from services.executor.service import run
+from services.executor.settings import ExecutorSettings
+
+
+def main() -> None:
+    """Run an executor until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = ExecutorSettings()
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    run(settings, stop)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The executor service's settings: one frozen object, read from the environment at start."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.executor.lanes import DEFAULT_MAX_PASSES, MIN_MAX_PASSES
+from streams.settings import KafkaSettings
+from streams.topics import Priority
+
+DEFAULT_HANDLER_SPECS: tuple[str, ...] = (
+    "examples.noop=services.executor.examples:noop",
+    "examples.echo=services.executor.examples:echo",
+    "examples.flaky=services.executor.examples:flaky",
+    "examples.sleep=services.executor.examples:sleep",
+    "examples.fail=services.executor.examples:fail",
+)
+"""The example handlers every executor registers unless its operator replaces the list."""
+
+
+def _default_worker_id() -> str:
+    return f"executor-{socket.gethostname()}-{os.getpid()}"
+
+
+class ExecutorSettings(BaseSettings):
+    """How one executor process consumes, runs and commits.
+
+    Environment variables carry the prefix ``KAFKRON_EXECUTOR_`` (for example
+    ``KAFKRON_EXECUTOR_MAX_IN_FLIGHT``; lists and maps as JSON); ``kafka`` is read with its
+    own ``KAFKRON_`` prefix.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="KAFKRON_EXECUTOR_", env_nested_delimiter="__", frozen=True, extra="ignore"
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # Names this process in results and its transactional producer. Give each executor a
+    # stable one (executor-0, executor-1, ...): a restart then aborts its predecessor's
+    # open transaction at once instead of after transaction_timeout_ms.
+    worker_id: str = Field(default_factory=_default_worker_id, min_length=1)
+    # Runs at once. Size it as handler latency x wanted rate x 2-3 (100 ms x 20K/s -> 5000).
+    max_in_flight: int = Field(default=1000, ge=1)
+    # Threads for sync (``def``) handlers; async handlers run on the event loop.
+    sync_pool_size: int = Field(default=16, ge=1)
+    # Results, retries, dead letters and offsets commit in one transaction this often.
+    commit_interval_ms: int = Field(default=500, ge=10)
+    consume_batch_size: int = Field(default=2000, ge=1)
+    # Consumed records waiting per priority lane; a full lane pauses its partitions.
+    lane_buffer_size: int = Field(default=10_000, ge=1)
+    # Starvation bound: a lane with work is passed over at most this many picks in a row.
+    lane_max_passes: dict[Priority, int] = Field(default_factory=lambda: dict(DEFAULT_MAX_PASSES))
+    # Python handlers as "name=package.module:attr"; entry points of kafkron.handlers too.
+    handler_specs: list[str] = Field(default_factory=lambda: list(DEFAULT_HANDLER_SPECS))
+    load_entry_points: bool = True
+    # Built-in kinds: handler name -> webhook URL (host must be allowed) or full topic name.
+    http_routes: dict[str, str] = Field(default_factory=dict)
+    allowed_http_hosts: list[str] = Field(default_factory=list)
+    kafka_routes: dict[str, str] = Field(default_factory=dict)
+    allowed_kafka_topics: list[str] = Field(default_factory=list)
+    # On revoke (and on stop), runs of the departing partitions get this long to finish;
+    # the rest are dropped and run again by the partitions' next owner.
+    revoke_grace_s: float = Field(default=10.0, ge=0)
+    # Failover of a SIGKILLed executor takes max(session, transaction timeout) + restore:
+    # its partitions move after the session timeout (KIP-848 group config, set on the
+    # broker at start when configure_group is True), and the next owner's dedup restore
+    # waits for the broker to abort its open transaction. Transactions stay open about one
+    # commit interval, so the transaction timeout can be as short as the session's.
+    transaction_timeout_ms: int = Field(default=6_000, ge=1000)
+    session_timeout_ms: int = Field(default=6_000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=1_000, ge=100)
+    configure_group: bool = True
+    # group.instance.id = worker_id: a restart within the session keeps its partitions.
+    static_membership: bool = False
+
+    @field_validator("lane_max_passes")
+    @classmethod
+    def _bounds_allow_every_lane(cls, value: dict[Priority, int]) -> dict[Priority, int]:
+        merged = {**DEFAULT_MAX_PASSES, **value}
+        low = {lane.value: bound for lane, bound in merged.items() if bound < MIN_MAX_PASSES}
+        if low:
+            raise ValueError(f"lane_max_passes must be >= {MIN_MAX_PASSES} per lane, got {low}")
+        return merged
+
+    def group_id(self) -> str:
+        """The consumer group of every executor process of this namespace."""
+        return f"{self.kafka.namespace}executor"
+
+    def transactional_id(self) -> str:
+        """This process's transactional.id: unique per live executor, stable across restarts."""
+        return f"{self.group_id()}.{self.worker_id}"

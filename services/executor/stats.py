@@ -1,0 +1,35 @@
+"""Counters of one executor loop, for logs, tests and benchmarks."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from services.executor.dedup import Progress
+
+
+@dataclass
+class ExecutorStats:
+    """What one executor did since it started; read from the loop's thread."""
+
+    consumed: int = 0
+    started: int = 0
+    succeeded: int = 0
+    retries_scheduled: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0  # already done (dedup) or running here already
+    undecodable: int = 0
+    dropped: int = 0  # runs whose partition was released or whose transaction aborted
+    commits: int = 0
+    aborts: int = 0
+
+    def count(self, progress: Progress) -> None:
+        """Count one finished attempt."""
+        if progress is Progress.SUCCEEDED:
+            self.succeeded += 1
+        elif progress is Progress.DEAD_LETTER:
+            self.dead_lettered += 1
+        else:
+            self.retries_scheduled += 1
+
+    def summary(self) -> str:
+        return ", ".join(f"{name} {value}" for name, value in asdict(self).items())
