@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from services.ingest.client import KafkronClient
 from services.ingest.settings import IngestSettings
@@ -41,11 +41,8 @@ def run_demo(kafka: KafkaSettings, *, duration_s: float = 25.0) -> int:
     )  # fmt: skip
     metadata = consumer.list_topics(names.job_results, timeout=10)
     partitions = list(metadata.topics[names.job_results].partitions)
-    ends = [consumer.get_watermark_offsets(TopicPartition(names.job_results, p))[1]
-            for p in partitions]  # fmt: skip
-    consumer.assign(
-        [TopicPartition(names.job_results, p, o) for p, o in zip(partitions, ends, strict=True)]
-    )
+    # OFFSET_END resolves inside librdkafka, which retries while fresh partitions elect leaders.
+    consumer.assign([TopicPartition(names.job_results, p, OFFSET_END) for p in partitions])
     client = KafkronClient(IngestSettings(kafka=kafka))
     try:
         for job in demo_jobs(int(time.time() * 1000), tag):

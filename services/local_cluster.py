@@ -80,11 +80,11 @@ def run_local_cluster(
         for service in services:
             service.start(env)
             print(f"[kafkron] started {service.name}")
+        print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
         if demo:
             from services import commands
 
             commands.run_demo(kafka)
-        print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
         while not stop.is_set() and not check:
             dead = [s.name for s in services if not s.alive()]
             if dead:

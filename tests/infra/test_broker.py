@@ -53,7 +53,7 @@ def test_failed_start_reports_the_log(tmp_path: Path) -> None:
     LocalBroker(settings).stop()
 
 
-def test_up_check_starts_and_cleans_up(tmp_path: Path) -> None:
+def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     env = dict(
         os.environ,
         KAFKRON_BROKER_HOME=str(tmp_path / "up-broker"),
@@ -61,12 +61,21 @@ def test_up_check_starts_and_cleans_up(tmp_path: Path) -> None:
         KAFKRON_BROKER_PORT=str(free_port()),
         KAFKRON_NAMESPACE="upcheck.",
         KAFKRON_PARTITIONS="2",
+        KAFKRON_STATE_DIR=str(tmp_path / "state"),
+        KAFKRON_INGEST_HTTP_PORT=str(free_port()),
     )
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "up", "--check"],
+        [sys.executable, "-m", "services.cli", "up", "--demo", "--check"],
         env=env, capture_output=True, text=True, timeout=240, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[kafkron] ready:" in done.stdout
     assert "upcheck.jobs" in done.stdout
+    assert "ready: broker, topics, timer, executor, api" in done.stdout
+    lines = done.stdout.splitlines()
+    # Each one-off of the demo reaches its final outcome through timer and executor.
+    assert any("demo-echo-" in line and "SUCCEEDED" in line for line in lines), done.stdout
+    assert any("demo-flaky-" in line and "attempt 2: SUCCEEDED" in line for line in lines)
+    assert any("demo-fail-" in line and "DEAD_LETTER" in line for line in lines)
+    assert any("demo-cron-" in line and "SUCCEEDED" in line for line in lines)
     assert LocalBroker(BrokerSettings(home=tmp_path / "up-broker")).running_state() is None
