@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -18,6 +19,11 @@ from streams.state.store import Store
 from streams.state.transaction import StoreTransaction
 
 log = logging.getLogger(__name__)
+
+
+def _positions_text(offsets: dict[tuple[str, int], int], plus: int) -> str:
+    """``topic[partition]@offset`` for each entry, for logs (``plus`` shifts every offset)."""
+    return ", ".join(f"{t}[{p}]@{o + plus}" for (t, p), o in sorted(offsets.items()))
 
 
 class CheckpointAbortedError(KafkronError):
@@ -61,11 +67,21 @@ class Checkpoint:
     def note_consumed(self, first_offsets: dict[tuple[str, int], int]) -> None:
         """Remember the first offset consumed per (topic, partition): the rewind point on abort.
 
-        Called for every consumed batch before processing it, so records fetched but not yet
-        processed when the transaction aborts are read again too.
+        Called for every batch of an owned, restored partition before processing it, so
+        records fetched but not yet processed when the transaction aborts are read again too.
         """
         for key, offset in first_offsets.items():
             self._first_offsets.setdefault(key, offset)
+
+    def release(self, partitions: Collection[TopicPartition]) -> None:
+        """Stop tracking the rewind points of partitions this member gives away or lost.
+
+        Their next owner starts from the committed offset; a stale rewind point kept here
+        would move the consumer if the partition came back to this member before the next
+        commit or abort.
+        """
+        for tp in partitions:
+            self._first_offsets.pop((tp.topic, tp.partition), None)
 
     def record_offset(self, topic: str, partition: int, offset: int) -> None:
         """Mark one input record as processed."""
@@ -109,6 +125,7 @@ class Checkpoint:
                 metadata = self._consumer.consumer_group_metadata()
                 self._producer.send_offsets(positions, metadata)
             self._producer.commit()  # 4
+            log.debug("committed %s", _positions_text(self._last_offsets, 1))
         except KafkaOperationError as exc:
             self.abort()
             raise CheckpointAbortedError(f"checkpoint aborted: {exc}") from exc
@@ -124,21 +141,38 @@ class Checkpoint:
 
     def abort(self) -> None:
         """Abort the Kafka transaction, drop the store writes and rewind the input."""
+        if not self.empty:
+            rewind = _positions_text(self._first_offsets, 0) or "nothing (partitions released)"
+            log.info("aborting the transaction; rewinding %s", rewind)
         try:
             self._producer.abort()
         finally:
-            for transaction in self._transactions.values():
-                transaction.discard()
-            self._rewind()
-            self._reset()
+            try:
+                for transaction in self._transactions.values():
+                    transaction.discard()
+                self._rewind()
+            finally:
+                self._reset()
 
     def _rewind(self) -> None:
+        """Seek every partition read since the last commit back to its first record.
+
+        Partitions given away are released before the abort, so each one left here is still
+        owned: if it cannot be rewound, going on would commit offsets past the aborted records
+        and skip them, so the processor stops instead (a restart resumes from the commit).
+        """
         for (topic, partition), offset in self._first_offsets.items():
             try:
                 self._consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException as exc:
-                # Revoked or lost meanwhile: the next owner starts from the committed offset.
-                log.debug("not rewinding %s[%d]: %s", topic, partition, exc)
+                assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+                if (topic, partition) in assigned:
+                    raise KafkronError(
+                        f"could not rewind {topic}[{partition}] to offset {offset} after an "
+                        f"aborted transaction ({exc}); stopping so that no record is skipped. "
+                        "Restart the processor: it resumes from the last commit."
+                    ) from exc
+                log.debug("not rewinding %s[%d], no longer assigned: %s", topic, partition, exc)
 
     def _reset(self) -> None:
         self._started_at = time.monotonic()

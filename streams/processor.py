@@ -184,24 +184,27 @@ class Processor:
                 self._producer.close()
 
     def _process(self, messages: list[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for message in messages:  # every consumed offset is a rewind point, processed or not
-            if message.error() is None:
-                first.setdefault(
-                    (message.topic() or "", message.partition() or 0), message.offset() or 0
-                )
-        self._checkpoint.note_consumed(first)
+        ready: list[Message] = []
+        first: dict[tuple[str, int], int] = {}  # per partition, processed or not
         for message in messages:
             error = message.error()
             if error is not None:
                 self._consumer_error(error)
                 continue
+            key = (message.topic() or "", message.partition() or 0)
+            first.setdefault(key, message.offset() or 0)
+            if key[1] in self._contexts:
+                ready.append(message)
+        for key, offset in first.items():
+            if key[1] not in self._contexts:  # not restored (or just released): read again
+                self._seek_back(TopicPartition(*key, offset))
+        # Each batch's first offsets are rewind points of this transaction (restored partitions
+        # only: the others were just sought back, or belong to another member now).
+        self._checkpoint.note_consumed({k: o for k, o in first.items() if k[1] in self._contexts})
+        for message in ready:
             topic, partition = message.topic() or "", message.partition() or 0
             offset = message.offset() or 0
-            context = self._contexts.get(partition)
-            if context is None:  # not restored (or just released): read it again later
-                self._seek_quietly(TopicPartition(topic, partition, offset))
-                continue
+            context = self._contexts[partition]
             self._checkpoint.record_offset(topic, partition, offset)
             _, timestamp_ms = message.timestamp()
             self._call_hook(
@@ -225,11 +228,18 @@ class Processor:
                     "on_punctuate", self._hooks.on_punctuate, context, partition, now_ms
                 )
 
-    def _seek_quietly(self, position: TopicPartition) -> None:
+    def _seek_back(self, position: TopicPartition) -> None:
         try:
             self._consumer.seek(position)
-        except KafkaException as exc:  # no longer assigned: its next owner reads it
-            log.debug("not seeking %s: %s", position, exc)
+        except KafkaException as exc:
+            assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+            if (position.topic, position.partition) in assigned:
+                raise KafkronError(
+                    f"could not seek {position.topic}[{position.partition}] back to "
+                    f"{position.offset} ({exc}); stopping so that no record is skipped. "
+                    "Restart the processor: it resumes from the last commit."
+                ) from exc
+            log.debug("not seeking %s, no longer assigned: %s", position, exc)
 
     def _call_hook(self, name: str, hook: Callable[..., object], *args: object) -> None:
         try:
@@ -301,6 +311,7 @@ class Processor:
         log.info("%s assigned %s", self.instance_id, new)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._checkpoint.release(partitions)  # their next owner reads from the commit
         try:
             if self._failed:
                 self._checkpoint.abort()
@@ -312,6 +323,7 @@ class Processor:
             self._release(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._checkpoint.release(partitions)
         try:
             self._checkpoint.abort()  # another member owns them now: never commit
         finally:

@@ -23,6 +23,16 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 _MAX_RESETS_PER_MINUTE = 3
+_MAX_CAUSES = 4  # how deep to look for the KafkaException behind a SystemError
+
+
+def _kafka_exception(exc: BaseException | None) -> KafkaException | None:
+    """The KafkaException behind ``exc`` (itself, or the cause of a SystemError), if any."""
+    for _ in range(_MAX_CAUSES):
+        if exc is None or isinstance(exc, KafkaException):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def producer_config(
@@ -99,7 +109,7 @@ class TransactionalProducer:
                 # The local queue is full: serve delivery reports until there is room.
                 if time.monotonic() > deadline:
                     raise
-                self._producer.poll(0.05)
+                self._serve("produce", lambda: self._producer.poll(0.05))
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if isinstance(error, KafkaError) and (error.fatal() or error.txn_requires_abort()):
@@ -124,7 +134,7 @@ class TransactionalProducer:
         """Flush, raise a latched delivery error, then commit the transaction."""
         if not self._in_transaction:
             return
-        remaining = self._producer.flush(self._timeout_s)
+        remaining = self._serve("flush", lambda: self._producer.flush(self._timeout_s))
         self.raise_delivery_error()
         if remaining:
             raise KafkaOperationError(
@@ -187,8 +197,12 @@ class TransactionalProducer:
         return self._delivered.get((topic, partition))
 
     def poll(self) -> None:
-        """Serve delivery callbacks without blocking."""
-        self._producer.poll(0)
+        """Serve delivery callbacks without blocking; a failure is latched for the next step."""
+        try:
+            self._serve("poll", lambda: self._producer.poll(0))
+        except KafkaOperationError as exc:
+            if self._error is None:
+                self._error = exc
 
     def raise_delivery_error(self) -> None:
         """Raise the first delivery error latched since the transaction began, if any."""
@@ -216,8 +230,9 @@ class TransactionalProducer:
             if fatal:
                 self._producer.purge()
             self._producer.close()
-        except KafkaException:
-            if not fatal:
+        except (KafkaException, SystemError) as exc:
+            cause = _kafka_exception(exc)
+            if not (fatal or (cause is not None and operation_error("close", cause).fatal)):
                 raise  # a fatal client reports its fatal error again on close
 
     def _begin(self) -> None:
@@ -236,6 +251,25 @@ class TransactionalProducer:
         if topic in self._tracked and topic is not None and offset is not None:
             key = (topic, partition if partition is not None else -1)
             self._delivered[key] = max(offset, self._delivered.get(key, -1))
+
+    def _serve(self, action: str, step: Callable[[], _T]) -> _T:
+        """Run a call that serves delivery callbacks (poll, flush), wrapping its Kafka error.
+
+        A fenced or fatally failed client raises its fatal error from these calls, and
+        confluent-kafka reports it as a SystemError when a delivery callback ran meanwhile:
+        both become a fatal :class:`KafkaOperationError`, so the transaction is aborted and
+        the client replaced instead of the processor dying.
+        """
+        try:
+            return step()
+        except (KafkaException, SystemError) as exc:
+            cause = _kafka_exception(exc)
+            if cause is None:
+                raise
+            error = operation_error(action, cause)
+            if error.fatal:
+                self._error = error
+            raise error from exc
 
     def _call(self, action: str, step: Callable[[], _T]) -> _T:
         """Run one transactional API call, repeating it while librdkafka says it is retriable."""

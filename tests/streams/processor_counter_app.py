@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=500)
     parser.add_argument("--static", action="store_true", help="use group.instance.id")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # Assignments, restores, aborts and every commit's positions: the evidence a failed count
+    # is explained with (the test prints the tail of this log).
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
+    logging.getLogger("streams.checkpoint").setLevel(logging.DEBUG)
     settings = KafkaSettings(
         bootstrap_servers=args.bootstrap,
         namespace=args.namespace,

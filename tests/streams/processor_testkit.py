@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -98,3 +99,39 @@ def committed_offsets(settings: KafkaSettings, group: str, topic: str) -> dict[i
         return {tp.partition: max(tp.offset, 0) for tp in consumer.committed(tps, timeout=30)}
     finally:
         consumer.close()
+
+
+def uncounted_inputs(
+    inputs: Iterable[Record], totals: Iterable[Record]
+) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the input offset ranges that no committed running total accounts for.
+
+    Replays each input partition in offset order against the totals of the same partition
+    (a counter emits ``key -> count`` for each record, in input order): an input whose
+    expected total is not the next one emitted was skipped. Used to explain a failed count.
+    """
+    emitted: dict[int, list[Record]] = {}
+    for record in totals:
+        emitted.setdefault(record.partition, []).append(record)
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for partition, records in _by_partition(inputs).items():
+        outputs, counts, i = emitted.get(partition, []), Counter[bytes | None](), 0
+        for record in records:
+            expected = str(counts[record.key] + 1).encode()
+            if i < len(outputs) and (outputs[i].key, outputs[i].value) == (record.key, expected):
+                counts[record.key] += 1
+                i += 1
+                continue
+            spans = ranges.setdefault(partition, [])
+            if spans and spans[-1][1] == record.offset - 1:
+                spans[-1] = (spans[-1][0], record.offset)
+            else:
+                spans.append((record.offset, record.offset))
+    return ranges
+
+
+def _by_partition(records: Iterable[Record]) -> dict[int, list[Record]]:
+    grouped: dict[int, list[Record]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        grouped.setdefault(record.partition, []).append(record)
+    return grouped
