@@ -8,6 +8,7 @@ fails the run (never skips), so CI cannot go green without Kafka.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -53,7 +54,7 @@ def _docker_kafka() -> tuple[str, object] | None:
     if not _docker_socket_answers():
         return None
     try:
-        import docker  # type: ignore[import-untyped]
+        import docker
 
         client = docker.from_env()
     except Exception:
@@ -65,7 +66,7 @@ def _docker_kafka() -> tuple[str, object] | None:
     finally:
         client.close()  # its pooled connection would otherwise be left to the collector
 
-    from testcontainers.kafka import KafkaContainer  # type: ignore[import-untyped]
+    from testcontainers.kafka import KafkaContainer
 
     container = KafkaContainer("apache/kafka:4.1.0").with_kraft()
     container.start()
@@ -103,9 +104,31 @@ def kafka_bootstrap() -> Iterator[str]:
 
 
 @pytest.fixture
-def namespace() -> str:
-    """A fresh topic namespace, so tests never see each other's records."""
-    return f"t{uuid.uuid4().hex[:10]}."
+def namespace(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh topic namespace, so tests never see each other's records.
+
+    When the test used the broker, its namespace's topics are deleted afterwards: a
+    long-lived broker keeps a directory (and open files) per partition, and thousands of
+    leftover test topics exhaust its open-file limit.
+    """
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    yield prefix
+    if "kafka_bootstrap" in request.fixturenames:
+        _delete_topics(request.getfixturevalue("kafka_bootstrap"), prefix)
+
+
+def _delete_topics(bootstrap: str, prefix: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix)]
+    if not names:
+        return
+    for future in admin.delete_topics(names, operation_timeout=30).values():
+        try:
+            future.result()
+        except Exception as exc:  # a cleanup failure must not fail the test
+            logging.getLogger(__name__).warning("could not delete test topic: %s", exc)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streams.exceptions import KafkaDeliveryError
 from streams.settings import KafkaSettings
@@ -237,7 +237,14 @@ class CommandProducer:
         )
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Deliver what is queued, then stop the report thread."""
+        """Deliver what is queued, stop the report thread, then close the producers.
+
+        What is still undelivered after ``timeout_s`` is dropped (its senders were told
+        it may or may not be written), so closing never waits out ``delivery.timeout.ms``.
+        A second call does nothing.
+        """
+        if self._stop.is_set():
+            return
         try:
             self._producer.flush(timeout_s)
             if self._bulk is not None:
@@ -245,3 +252,18 @@ class CommandProducer:
         finally:
             self._stop.set()
             self._poller.join(timeout=5)
+            if not self._poller.is_alive():  # never close a client another thread polls
+                self._close_clients()
+
+    def _close_clients(self) -> None:
+        errors: list[KafkaException] = []
+        for producer in (self._producer, self._bulk):
+            if producer is None:
+                continue
+            try:
+                producer.purge()
+                producer.close()
+            except KafkaException as exc:  # a fatal client reports its fatal error again
+                errors.append(exc)
+        if errors and self._fatal is None:
+            raise errors[0]

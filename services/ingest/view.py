@@ -138,7 +138,11 @@ class StatusView:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the consumer thread, then close the consumer and the store."""
+        """Stop the consumer thread, then close the consumer and the store.
+
+        The admin client has no ``close()``: dropping it here destroys it (and its broker
+        connections) now rather than whenever the view itself is collected.
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -148,7 +152,7 @@ class StatusView:
         finally:
             if self._store is not None:
                 self._store.close()
-            self._store = self._consumer = None
+            self._store = self._consumer = self._admin = None
 
     def __enter__(self) -> StatusView:
         return self.start()
