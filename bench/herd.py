@@ -7,8 +7,10 @@ record count; then submits N one-offs due ``--lead-s`` ahead (through
 ``KafkronClient.submit_many`` when ingest is importable, else raw encoded Job records),
 starts one timer process and reads every DueEvent back ``read_committed``. Reports the time
 from the instant until the last DueEvent was emitted and until it was read back, fire
-lateness (emitted_at - fire_at) p50/p99/max, fires per second and its ratio to raw produce,
-and the timer's peak RSS.
+lateness (emitted_at - fire_at and read back - fire_at) p50/p99/max, fires per second until
+the last one committed and its ratio to raw produce, the timer's RSS, and the CPU time per
+fire of the timer, the broker (when local) and the reader. ``--profile x.svg`` runs py-spy
+on the timer during the fire phase.
 
 The helpers (``submit_one_offs``, ``DueReader``, ``TimerProcess``, ``wait_until_live``) are
 shared with the timer's broker tests.
@@ -142,6 +144,7 @@ class DueReader:
 
     settings: KafkaSettings
     values: list[tuple[bytes, int]] = field(default_factory=list)  # (value, read at ms)
+    kafka_ts_ms: list[int] = field(default_factory=list)  # record timestamps, like values
 
     def __post_init__(self) -> None:
         names = TopicNames(self.settings.namespace)
@@ -172,6 +175,7 @@ class DueReader:
             value = message.value()
             if message.error() is None and value is not None:
                 self.values.append((value, read_ms))
+                self.kafka_ts_ms.append(message.timestamp()[1])
                 got += 1
         return got
 
@@ -184,8 +188,13 @@ class DueReader:
             self.poll()
 
     def events(self) -> list[dict[str, Any]]:
-        """Every DueEvent read, decoded, with ``read_at_ms`` added."""
-        return [{**CODEC.decode(RecordKind.DUE_EVENT, v), "read_at_ms": t} for v, t in self.values]
+        """Every DueEvent read, decoded, with ``read_at_ms`` and ``kafka_ts_ms`` added."""
+        # Callers may clear ``values``; the timestamps of what is left are the newest ones.
+        timestamps = self.kafka_ts_ms[len(self.kafka_ts_ms) - len(self.values) :]
+        return [
+            {**CODEC.decode(RecordKind.DUE_EVENT, v), "read_at_ms": t, "kafka_ts_ms": ts}
+            for (v, t), ts in zip(self.values, timestamps, strict=True)
+        ]
 
     def close(self) -> None:
         self._consumer.close()
@@ -249,8 +258,68 @@ class TimerProcess:
                 return int(line.split()[1]) / 1024
         return float("nan")
 
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the process used so far, in seconds."""
+        return process_cpu_s(self.pid)
+
+    def rss_mb(self) -> float:
+        """Resident memory now (VmRSS), in MiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class Profiler:
+    """``py-spy record`` attached to a running process until :meth:`stop` (SIGINT writes it)."""
+
+    def __init__(self, pid: int, output: Path, *, native: bool = False, idle: bool = False) -> None:
+        py_spy = Path(sys.executable).parent / "py-spy"
+        command = [str(py_spy), "record", "--pid", str(pid), "--rate", "250", "-o", str(output)]
+        if output.suffix != ".svg":
+            command += ["--format", "speedscope" if output.suffix == ".json" else "raw"]
+        command += ["--native"] if native else []
+        command += ["--idle"] if idle else []  # waits too: where the wall-clock time goes
+        self.output = output
+        self._process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGINT)
+        try:
+            self._process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+        print(f"profile of the fire phase: {self.output}")
+
+
+def local_broker_pid() -> int | None:
+    """The pid of a Kafka broker running on this machine (``kafka.Kafka``), if any."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"kafka.Kafka\x00" in command:
+                return int(entry.name)
+    return None
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """CPU time (user + system) of ``pid`` so far in seconds; NaN when unknown."""
+    if pid is None:
+        return float("nan")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_until_live(
@@ -286,7 +355,21 @@ def percentile(sorted_values: Sequence[int], fraction: float) -> int:
     return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
 
 
-def run_herd(bootstrap: str, jobs: int, lead_s: float | None, partitions: int, raw: bool) -> None:
+@dataclass(frozen=True)
+class HerdOptions:
+    """What one herd run does besides firing: where to profile, extra timer settings."""
+
+    lead_s: float | None = None
+    partitions: int = 12
+    raw: bool = False
+    profile: Path | None = None
+    native: bool = False
+    idle: bool = False
+    keep_log: Path | None = None
+    timer_env: dict[str, str] = field(default_factory=dict)
+
+
+def run_herd(bootstrap: str, jobs: int, options: HerdOptions) -> None:
     pipe = measure_pipe(bootstrap, jobs)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
     namespace = f"herd{uuid.uuid4().hex[:6]}."
@@ -295,21 +378,41 @@ def run_herd(bootstrap: str, jobs: int, lead_s: float | None, partitions: int, r
     settings = KafkaSettings(
         bootstrap_servers=bootstrap,
         namespace=namespace,
-        partitions=partitions,
+        partitions=options.partitions,
         state_dir=state_dir,
     )
-    ensure_topics(settings)
-    reader = DueReader(settings)
-    timer = TimerProcess(settings, "herd-timer-0", state_dir).start()
+    try:
+        ensure_topics(settings)
+        reader = DueReader(settings)
+        try:
+            _fire_herd(settings, reader, jobs, options, pipe.produce_per_s)
+        finally:
+            reader.close()
+    finally:
+        delete_namespace(bootstrap, namespace)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _fire_herd(
+    settings: KafkaSettings,
+    reader: DueReader,
+    jobs: int,
+    options: HerdOptions,
+    raw_produce_per_s: float,
+) -> None:
+    timer = TimerProcess(settings, "herd-timer-0", settings.state_dir, **options.timer_env)
+    timer.start()
+    profiler: Profiler | None = None
     try:
         wait_until_live(settings, reader)
         started_with = len(reader.values)
         ids = [f"herd-{i:07d}" for i in range(jobs)]
         # The timer must apply every create before the instant: ~10K creates/s here.
-        lead_ms = int((lead_s if lead_s is not None else 8 + jobs * 120e-6) * 1000)
+        lead_s = options.lead_s if options.lead_s is not None else 8 + jobs * 120e-6
+        lead_ms = int(lead_s * 1000)
         instant_ms = now_ms() + lead_ms
         submitted_at = time.monotonic()
-        how = submit_one_offs(settings, ids, instant_ms, raw=raw)
+        how = submit_one_offs(settings, ids, instant_ms, raw=options.raw)
         submit_s = time.monotonic() - submitted_at
         print(f"submitted {jobs:,} one-offs ({how}) in {submit_s:.1f}s, due in {lead_ms} ms")
         applied_ms = wait_until_applied(settings, instant_ms + 600_000)
@@ -318,15 +421,34 @@ def run_herd(bootstrap: str, jobs: int, lead_s: float | None, partitions: int, r
             f"instant (creates/s into the timer: {jobs / (time.monotonic() - submitted_at):,.0f})"
             + ("  ** LATE: fire figures include create lag **" if applied_ms > instant_ms else "")
         )
+        settled_rss_mb = timer.rss_mb()
+        time.sleep(max(0.0, (instant_ms - now_ms() - 100) / 1000))
+        if options.profile is not None:
+            profiler = Profiler(
+                timer.pid, options.profile, native=options.native, idle=options.idle
+            )
+        broker = local_broker_pid()
+        cpu_before_s = timer.cpu_s(), process_cpu_s(broker), process_cpu_s(os.getpid())
         reader.read_until(started_with + jobs, timeout_s=lead_ms / 1000 + 600)
+        cpu_after_s = timer.cpu_s(), process_cpu_s(broker), process_cpu_s(os.getpid())
+        fire_cpu_s, broker_cpu_s, reader_cpu_s = (
+            after - before for after, before in zip(cpu_after_s, cpu_before_s, strict=True)
+        )
         rss_mb = timer.peak_rss_mb()
     finally:
+        if profiler is not None:
+            profiler.stop()
         timer.stop()
+        if options.keep_log is not None:
+            shutil.copy(timer.log_path, options.keep_log)
     events = [e for e in reader.events() if e["job_id"].startswith("herd-")]
-    report(events, jobs, instant_ms, pipe.produce_per_s, rss_mb)
-    reader.close()
-    _delete_namespace(bootstrap, namespace)
-    shutil.rmtree(state_dir, ignore_errors=True)
+    report(events, jobs, instant_ms, raw_produce_per_s, rss_mb)
+    print(f"  timer RSS with every job applied, before the instant: {settled_rss_mb:.0f} MiB")
+    print(
+        f"  timer CPU during the fire phase: {fire_cpu_s:.2f} s "
+        f"({fire_cpu_s / jobs * 1e6:.1f} us per fire, incl. its librdkafka threads); "
+        f"broker {broker_cpu_s / jobs * 1e6:.1f} us, this reader {reader_cpu_s / jobs * 1e6:.1f} us"
+    )
 
 
 def report(
@@ -339,11 +461,15 @@ def report(
     last_emit = max(e["emitted_at_ms"] for e in events)
     last_read = max(e["read_at_ms"] for e in events)
     drain_s = max(last_emit - first_emit, 1) / 1000
-    fires_per_s = jobs / drain_s
+    # A fire counts once its transaction committed (read back read_committed): fires are
+    # produced ahead of their commit, so emitted_at alone overstates the rate.
+    visible_s = max(last_read - instant_ms, 1) / 1000
+    visible_per_s = jobs / visible_s
     print(f"DueEvents: {len(events):,} read, {len(ids):,} distinct execution ids of {jobs:,}")
     print(f"  instant -> last emitted: {(last_emit - instant_ms) / 1000:.2f} s")
-    print(f"  instant -> last read back (committed): {(last_read - instant_ms) / 1000:.2f} s")
-    print(f"  fires/s (first to last emit): {fires_per_s:,.0f}")
+    print(f"  instant -> last read back (committed): {visible_s:.2f} s")
+    print(f"  fires/s (first to last emit): {jobs / drain_s:,.0f}")
+    print(f"  fires/s (instant to last committed): {visible_per_s:,.0f}")
     print(
         f"  lateness emitted-fire_at ms: p50 {percentile(lateness, 0.5)}, "
         f"p99 {percentile(lateness, 0.99)}, max {lateness[-1]}"
@@ -353,10 +479,13 @@ def report(
         f"p99 {percentile(read_lateness, 0.99)}, max {read_lateness[-1]}"
     )
     print(f"  timer peak RSS: {rss:.0f} MiB")
-    print(f"  ratio fires/s to raw produce/s: {fires_per_s / raw_produce_per_s:.2f}")
+    print(
+        f"  ratio to raw produce/s: committed {visible_per_s / raw_produce_per_s:.2f}, "
+        f"emitted {jobs / drain_s / raw_produce_per_s:.2f}"
+    )
 
 
-def _delete_namespace(bootstrap: str, namespace: str) -> None:
+def delete_namespace(bootstrap: str, namespace: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(namespace)]
     if topics:
@@ -367,6 +496,9 @@ def _delete_namespace(bootstrap: str, namespace: str) -> None:
                 print(f"could not delete a bench topic: {exc}")
 
 
+_delete_namespace = delete_namespace  # the name bench.execute imports
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -374,8 +506,32 @@ def main() -> None:
     parser.add_argument("--lead-s", type=float, default=None)
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--raw", action="store_true", help="produce Job records, skip ingest")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="py-spy the timer's fire phase to this .svg"
+    )
+    parser.add_argument("--native", action="store_true", help="py-spy --native (C frames)")
+    parser.add_argument("--idle", action="store_true", help="py-spy --idle (waits too)")
+    parser.add_argument("--keep-log", type=Path, default=None, help="copy the timer log here")
+    parser.add_argument(
+        "--timer-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment of the timer, e.g. KAFKRON_TIMER_BATCH_SIZE=5000",
+    )
     args = parser.parse_args()
-    run_herd(args.bootstrap, args.jobs, args.lead_s, args.partitions, args.raw)
+    timer_env = dict(item.split("=", 1) for item in args.timer_env)
+    options = HerdOptions(
+        args.lead_s,
+        args.partitions,
+        args.raw,
+        args.profile,
+        args.native,
+        args.idle,
+        args.keep_log,
+        timer_env,
+    )
+    run_herd(args.bootstrap, args.jobs, options)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ class Checkpoint:
         self._consumer = consumer
         self._interval_s = commit_interval_ms / 1000
         self._started_at = time.monotonic()
-        self._commit_requested = False
+        self._commit_deadline: float | None = None  # monotonic time a commit was asked for
         self._first_offsets: dict[tuple[str, int], int] = {}
         self._last_offsets: dict[tuple[str, int], int] = {}
         self._transactions: dict[tuple[str, int], StoreTransaction] = {}
@@ -87,15 +87,25 @@ class Checkpoint:
         """Mark one input record as processed."""
         self._last_offsets[(topic, partition)] = offset
 
-    def request_commit(self) -> None:
-        """Ask for a commit at the end of the current batch (e.g. after firing timers)."""
-        self._commit_requested = True
+    def request_commit(self, within_ms: int = 0) -> None:
+        """Ask for a commit within ``within_ms`` (0: at the end of the current batch).
+
+        The earliest request since the last commit wins, so repeated requests with a delay
+        bound how long the first of them waits (e.g. fires emitted while draining a backlog
+        commit together in fewer, larger transactions, each at most ``within_ms`` late).
+        """
+        deadline = time.monotonic() + within_ms / 1000
+        if self._commit_deadline is None or deadline < self._commit_deadline:
+            self._commit_deadline = deadline
 
     def due(self) -> bool:
-        """True when a commit was requested or the commit interval elapsed, and not empty."""
+        """True when a requested commit or the commit interval is due, and not empty."""
         if self.empty:
             return False
-        return self._commit_requested or time.monotonic() - self._started_at >= self._interval_s
+        now = time.monotonic()
+        if self._commit_deadline is not None and now >= self._commit_deadline:
+            return True
+        return now - self._started_at >= self._interval_s
 
     def commit(self) -> None:
         """Commit everything since the last checkpoint, in this order:
@@ -176,7 +186,7 @@ class Checkpoint:
 
     def _reset(self) -> None:
         self._started_at = time.monotonic()
-        self._commit_requested = False
+        self._commit_deadline = None
         self._first_offsets.clear()
         self._last_offsets.clear()
         self._transactions.clear()

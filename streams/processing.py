@@ -75,6 +75,14 @@ class ProcessorContext:
             topic, key, value, self.partition if partition is None else partition
         )
 
-    def request_commit(self) -> None:
-        """Commit at the end of the current batch instead of waiting for the interval."""
-        self._checkpoint.request_commit()
+    def produce_many(
+        self,
+        records: list[tuple[str, bytes | None, bytes | None]],
+        partition: int | None = None,
+    ) -> None:
+        """Produce ``(topic, key, value)`` records in order, like :meth:`produce` each."""
+        self._producer.produce_many(records, self.partition if partition is None else partition)
+
+    def request_commit(self, within_ms: int = 0) -> None:
+        """Commit within ``within_ms`` (0: at the end of the current batch), not at the interval."""
+        self._checkpoint.request_commit(within_ms)

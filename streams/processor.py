@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -62,6 +63,8 @@ class ProcessorOptions:
     # group.instance.id = instance id: a restart within the session keeps its partitions.
     static_membership: bool = False
     restore_batch_size: int = 10_000
+    # librdkafka settings of the transactional producer that the operator's extras override.
+    producer_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Processor:
@@ -118,6 +121,7 @@ class Processor:
             f"{self.group_id}.{self.instance_id}",
             transaction_timeout_ms=opts.transaction_timeout_ms,
             tracked_topics=[store.changelog_topic for store in self._stores.values()],
+            config_defaults=opts.producer_defaults,
         )
         self._producer.init()
         instance = self.instance_id if opts.static_membership else None

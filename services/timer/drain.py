@@ -16,24 +16,31 @@ from services.timer.scope import Scope
 from services.timer.state import FAST_MARKER, FAST_VALUE_HEADER, load_state, save_state
 from services.timer.wheel import collect_fired, save_watermark, watermark
 
+_SCHEDULE = keys.SCHEDULE
 
-def drain_due(scope: Scope, budget: int) -> int:
+
+def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     """Fire due entries until about ``budget`` records are emitted; returns records emitted.
 
     A job whose catch-up settles many ticks may overshoot the budget by up to
     ``max_catchup_ticks`` records; the scan itself never reads more than ``budget`` keys.
-    With nothing due, it deletes up to ``budget`` fired fast entries instead.
+    With nothing due and ``collect``, it deletes up to ``budget`` fired fast entries instead
+    (the caller turns that off while other partitions still have fires to drain).
     """
     now_ms = scope.now_ms
     entries = scope.wheel.iter_range(watermark(scope), keys.due_bound(now_ms), budget)
     if not entries:
-        collect_fired(scope, budget)
+        if collect:
+            collect_fired(scope, budget)
         return 0
     scope.placement_floor_ms = now_ms + 1
-    grace_ms = scope.env.misfire_grace_ms
+    # A fast entry keyed at or after this fires on time (within the misfire grace): keys
+    # start with the big-endian fire time, so one bytes comparison decides it.
+    on_time_from = keys.pack_ms(now_ms - scope.env.misfire_grace_ms)
     due_topics = scope.env.due_topics
     tail = scope.env.due_bytes.tail(now_ms)
-    emit = scope.emit
+    out: list[tuple[str, bytes | None, bytes | None]] = []
+    emit = out.append
     fast = 0
     last_key = b""
     # Settling a slow entry may move a later fast entry of the same job (it turns slow when
@@ -43,19 +50,20 @@ def drain_due(scope: Scope, budget: int) -> int:
         if fast + scope.emitted >= budget:
             break
         last_key = key
-        if (
-            key[-1] == keys.SCHEDULE
-            and value[0] == FAST_MARKER
-            and now_ms - int.from_bytes(key[:8], "big") <= grace_ms
-        ):
+        if key[-1] == _SCHEDULE and value[0] == FAST_MARKER and key >= on_time_from:
             if moved_possible and scope.wheel.get(key) != value:
                 continue
-            emit(due_topics[value[1]], key[8:-1], value[FAST_VALUE_HEADER:] + tail)
+            emit((due_topics[value[1]], key[8:-1], value[FAST_VALUE_HEADER:] + tail))
             fast += 1
         else:
+            if out:  # keep the output order of the scan
+                scope.emit_all(out)
+                out.clear()
             scope.fired_through = key  # entries before this one are settled
             fire_entry(scope, key, value)
             moved_possible = True
+    if out:
+        scope.emit_all(out)
     if last_key:
         scope.fired_through = last_key + b"\x00"
         save_watermark(scope)

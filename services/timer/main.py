@@ -6,6 +6,7 @@ SIGTERM or SIGINT stops the process after a final commit.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -21,6 +22,10 @@ def main() -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = TimerSettings()
+    # A drain allocates ~10 short-lived objects per fire (scan tuples, output bytes) and
+    # creates no reference cycles in its loop: a larger young generation keeps the cyclic
+    # collector from running every few hundred fires (~4% of a herd's CPU).
+    gc.set_threshold(50_000, 20, 20)
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:

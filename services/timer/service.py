@@ -4,8 +4,9 @@ Group ``<namespace>timer`` consumes the co-partitioned ``jobs``, ``job-results``
 ``retry``. Each partition has two RocksDB stores, restored from their changelogs before the
 partition processes anything: ``jobs`` (per-job state, key job id) and ``wheel`` (the timing
 wheel, keys in fire-time order). Every punctuation drains the partition's due entries in a
-bounded batch and asks for a commit right away when it emitted, so fires reach the due
-topics within a punctuation interval plus one transaction commit.
+bounded batch and asks for a commit right away when it emitted and caught up, so fires
+reach the due topics within a punctuation interval plus one transaction commit; while a hot
+second is still draining, its fires commit together every ``backlog_commit_interval_ms``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import time
 
 from services.timer.drain import drain_due
 from services.timer.inputs import handle_input
+from services.timer.pacing import DrainPacer
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
+from services.timer.wheel import collect_fired
 from streams.processing import ProcessorContext
 from streams.processor import Processor, ProcessorOptions
 
@@ -27,8 +30,9 @@ WHEEL_STORE = "wheel"
 class TimerHooks:
     """The processor hooks of the timer: apply input records, fire due entries."""
 
-    def __init__(self, env: TimerEnv) -> None:
+    def __init__(self, env: TimerEnv, pacer: DrainPacer | None = None) -> None:
         self.env = env
+        self.pacer = pacer or DrainPacer(env.batch_size, 250, 20_000)
 
     def on_record(
         self,
@@ -44,12 +48,33 @@ class TimerHooks:
         handle_input(self._scope(ctx, _now_ms()), topic, partition, None, key, value)
 
     def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:
-        """Fire the partition's due entries, oldest first, at most one batch."""
-        if drain_due(self._scope(ctx, now_ms), self.env.batch_size):
-            ctx.request_commit()
+        """Fire the partition's due entries, oldest first, at most one batch; ask for a commit.
+
+        With nothing due, collect fired entries as the pacer allows (see ``pacing.py``).
+        """
+        scope = self._scope(ctx, now_ms)
+        emitted = drain_due(scope, self.env.batch_size, collect=False)
+        commit_within_ms = self.pacer.commit_within_ms(partition, emitted)
+        if commit_within_ms is not None:
+            ctx.request_commit(commit_within_ms)
+        if not emitted:
+            limit = self.pacer.collect_limit(now_ms)
+            if limit > 0:
+                self.pacer.collected(collect_fired(scope, limit))
+
+    def on_revoked(self, partition: int) -> None:
+        """Forget the partition's drain progress."""
+        self.pacer.forget(partition)
 
     def _scope(self, ctx: ProcessorContext, now_ms: int) -> Scope:
-        return Scope(self.env, ctx.store(JOBS_STORE), ctx.store(WHEEL_STORE), ctx.produce, now_ms)
+        return Scope(
+            self.env,
+            ctx.store(JOBS_STORE),
+            ctx.store(WHEEL_STORE),
+            ctx.produce,
+            now_ms,
+            emit_many=ctx.produce_many,
+        )
 
 
 def build_processor(settings: TimerSettings, env: TimerEnv | None = None) -> Processor:
@@ -64,6 +89,9 @@ def build_processor(settings: TimerSettings, env: TimerEnv | None = None) -> Pro
         session_timeout_ms=settings.session_timeout_ms,
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
         static_membership=settings.static_membership,
+        # DueEvents of one job set repeat most of their bytes: lz4 batches cut what the
+        # broker writes and copies (a herd committed ~1.3-2x faster in the same runs).
+        producer_defaults={"compression.type": settings.compression_type},
     )
     return Processor(
         settings.kafka,
@@ -71,7 +99,14 @@ def build_processor(settings: TimerSettings, env: TimerEnv | None = None) -> Pro
         settings.instance_id,
         [env.jobs_topic, env.results_topic, env.retry_topic],
         [JOBS_STORE, WHEEL_STORE],
-        TimerHooks(env),
+        TimerHooks(
+            env,
+            DrainPacer(
+                settings.batch_size,
+                settings.backlog_commit_interval_ms,
+                settings.collect_per_s,
+            ),
+        ),
         options,
     )
 

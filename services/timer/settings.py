@@ -43,6 +43,15 @@ class TimerSettings(BaseSettings):
     # timer-1, ...) so a restart aborts its predecessor's open transaction at once instead
     # of after transaction_timeout_ms.
     instance_id: str = Field(default_factory=_default_instance_id)
+    # Fires become visible when their transaction commits. A drain that caught up commits at
+    # the end of its punctuation round; one still behind (a hot second) lets the transaction
+    # grow for up to this long: fewer, larger transactions cost the broker far less per fire.
+    backlog_commit_interval_ms: int = Field(default=250, ge=0)
+    # Fired one-off entries are deleted (a changelog tombstone each) in idle punctuations
+    # at up to this many per second, so that collecting after a herd never crowds out fires.
+    collect_per_s: int = Field(default=20_000, ge=1)
+    # Compression of everything the timer produces (librdkafka compression.type).
+    compression_type: str = "lz4"
     # Processor runtime tuning (streams.processor.ProcessorOptions).
     consume_batch_size: int = Field(default=1000, ge=1)
     commit_interval_ms: int = Field(default=1000, ge=1)

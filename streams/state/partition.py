@@ -6,11 +6,12 @@ data it describes, so after any crash the database and its offset agree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from rocksdict import ColumnFamily, Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import ColumnFamily, Options, Rdict, ReadOptions, WriteBatch, WriteBufferManager
 
 from streams.state.exceptions import ChangelogOffsetRegressionError, StoreClosedError
 
@@ -21,10 +22,18 @@ META_COLUMN_FAMILY = "kafkron.meta"
 CHANGELOG_OFFSET_KEY = b"changelog_offset"
 
 
-def _options() -> Options:
+_WRITE_BUFFER_BYTES = 8 << 20
+
+
+def _options(write_buffers: WriteBufferManager | None = None) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    if write_buffers is not None:
+        # Memtables (64 MiB each by default) otherwise hold a whole partition's pending
+        # jobs in memory: bounded, the data lives in SST files and the OS page cache.
+        options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
+        options.set_write_buffer_manager(write_buffers)
     return options
 
 
@@ -33,16 +42,25 @@ class PartitionStore:
 
     ``created`` is True when no database existed on disk before opening: recovery then
     restores from the beginning of the changelog instead of from the stored offset.
+    ``write_buffers``, shared by the partitions of a store, caps their memtables together.
     """
 
-    def __init__(self, path: Path, partition: int, changelog_topic: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        partition: int,
+        changelog_topic: str,
+        write_buffers: WriteBufferManager | None = None,
+    ) -> None:
         self.path = path
         self.partition = partition
         self.changelog_topic = changelog_topic
         self.created = not (path / "CURRENT").exists()
         path.mkdir(parents=True, exist_ok=True)
         self._db: Rdict | None = Rdict(
-            str(path), options=_options(), column_families={META_COLUMN_FAMILY: _options()}
+            str(path),
+            options=_options(write_buffers),
+            column_families={META_COLUMN_FAMILY: _options(write_buffers)},
         )
         # Column family objects keep the database open: dropped before close() closes it.
         self._meta: Rdict | None = self._db.get_column_family(META_COLUMN_FAMILY)
@@ -72,18 +90,19 @@ class PartitionStore:
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` committed items with ``start <= key < end``, in key order."""
+        if limit <= 0:
+            return []
         read_options = ReadOptions()
         read_options.set_iterate_upper_bound(end)
-        iterator = self._data_db().iter(read_options)
+        # One call per item (items()) instead of four (valid, key, value, next): ~2x faster.
+        items = cast(
+            "Iterable[tuple[bytes, bytes]]",
+            self._data_db().items(from_key=start, read_opt=read_options),
+        )
         try:
-            items: list[tuple[bytes, bytes]] = []
-            iterator.seek(start)
-            while iterator.valid() and len(items) < limit:
-                items.append((iterator.key(), iterator.value()))
-                iterator.next()
-            return items
+            return list(islice(items, limit))
         finally:
-            del iterator  # an iterator keeps the database open
+            del items  # an iterator keeps the database open
 
     def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int) -> None:
         """Apply ``updates`` (None deletes) and the changelog offset in one atomic WriteBatch.

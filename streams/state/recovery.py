@@ -16,7 +16,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from streams.kafka.errors import operation_error
@@ -26,6 +33,13 @@ from streams.state.store import Store
 log = logging.getLogger(__name__)
 _TIMEOUT_S = 30.0
 _LOG_EVERY_S = 5.0
+_LEADER_ERRORS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
 
 
 @dataclass
@@ -189,7 +203,26 @@ class Recovery:
         )
 
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        """(low watermark, log end offset including open transactions)."""
+        """(low watermark, log end offset including open transactions).
+
+        A changelog created a moment ago may have no leader yet (NOT_LEADER_FOR_PARTITION,
+        LEADER_NOT_AVAILABLE): such retriable errors are retried until ``_TIMEOUT_S``.
+        """
+        deadline = time.monotonic() + _TIMEOUT_S
+        while True:
+            try:
+                return self._watermarks_once(topic, partition)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                retriable = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _LEADER_ERRORS
+                )
+                if not retriable or time.monotonic() > deadline:
+                    raise
+                log.info("%s[%d]: %s; retrying", topic, partition, exc)
+                time.sleep(0.2)
+
+    def _watermarks_once(self, topic: str, partition: int) -> tuple[int, int]:
         tp = TopicPartition(topic, partition)
         low, _ = self._consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False)
         future = self._admin.list_offsets(

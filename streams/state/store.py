@@ -5,18 +5,32 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from rocksdict import WriteBufferManager
+
 from streams.state.exceptions import StoreError
 from streams.state.partition import PartitionStore
+
+DEFAULT_MEMTABLE_BUDGET_BYTES = 64 << 20
 
 
 class Store:
     """Opens, finds and closes the partitions of one store under ``state_dir/<group>/<name>``."""
 
-    def __init__(self, name: str, group: str, state_dir: Path, changelog_topic: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        group: str,
+        state_dir: Path,
+        changelog_topic: str,
+        memtable_budget_bytes: int = DEFAULT_MEMTABLE_BUDGET_BYTES,
+    ) -> None:
         self.name = name
         self.changelog_topic = changelog_topic
         self.path = state_dir / group / name
         self._partitions: dict[int, PartitionStore] = {}
+        # One budget for the memtables of all partitions, so RSS does not grow with the
+        # number of pending jobs (each partition's RocksDB would otherwise keep 64+ MiB).
+        self._write_buffers = WriteBufferManager(memtable_budget_bytes, False)
 
     @property
     def partitions(self) -> dict[int, PartitionStore]:
@@ -27,7 +41,9 @@ class Store:
         """Open (or return the already open) partition store."""
         store = self._partitions.get(partition)
         if store is None:
-            store = PartitionStore(self.path / str(partition), partition, self.changelog_topic)
+            store = PartitionStore(
+                self.path / str(partition), partition, self.changelog_topic, self._write_buffers
+            )
             self._partitions[partition] = store
         return store
 

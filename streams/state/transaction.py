@@ -68,6 +68,8 @@ class StoreTransaction:
     def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` items with ``start <= key < end`` in key order, writes included."""
         self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
+        if not self._updates:
+            return self.store.scan(start, end, limit)
         pending = sorted(k for k in self._updates if start <= k < end)
         deletes = sum(1 for k in pending if self._updates[k] is None)
         # Each pending delete can hide one stored item, so fetch that many more.

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,12 @@ def reader(topics: KafkaSettings) -> Iterator[DueReader]:
 @pytest.fixture
 def timer_thread(topics: KafkaSettings) -> Iterator[None]:
     """One timer processor running on a thread of the test process."""
-    settings = TimerSettings(kafka=topics, instance_id="timer-t0")
+    with _timer_on_thread(TimerSettings(kafka=topics, instance_id="timer-t0")):
+        yield
+
+
+@contextmanager
+def _timer_on_thread(settings: TimerSettings) -> Iterator[None]:
     processor = build_processor(settings)
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -109,6 +115,23 @@ def test_one_off_and_two_second_cron_fire_on_time(
     assert max(lateness) < 1_000 and max(read_lateness) < 2_000  # a shared 2-core box
 
 
+def test_fires_commit_right_after_they_are_emitted_not_at_the_commit_interval(
+    topics: KafkaSettings, reader: DueReader
+) -> None:
+    """With a 30 s commit interval, fires are still visible to read_committed readers at once."""
+    settings = TimerSettings(kafka=topics, instance_id="timer-t1", commit_interval_ms=30_000)
+    with _timer_on_thread(settings):
+        wait_until_live(topics, reader)
+        before = len(reader.values)
+        jobs = _one_offs("soon", 20, now_ms() + 2_000, 2_000)  # one every 100 ms
+        produce_jobs(topics, jobs)
+        reader.read_until(before + len(jobs), timeout_s=20)
+    events = [e for e in reader.events() if e["job_id"].startswith("soon")]
+    visible = sorted(e["read_at_ms"] - e["fire_at_ms"] for e in events)
+    print(f"\nvisible lateness ms with a 30 s commit interval: {visible}")
+    assert len(events) == len(jobs) and visible[-1] < 3_000  # far below the interval
+
+
 def _one_offs(prefix: str, count: int, first_ms: int, spacing_ms: int) -> list[dict[str, object]]:
     created = now_ms()
     return [
@@ -157,8 +180,9 @@ def test_sigkill_during_a_herd_loses_no_fire_and_repeats_keep_their_ids(
     topics: KafkaSettings, reader: DueReader, tmp_path: Path
 ) -> None:
     count = 20_000
-    # Small batches: the herd drains over many transactions, so the kill lands mid-drain.
-    small = {"KAFKRON_TIMER_BATCH_SIZE": "500"}
+    # Small batches, committed every 20 ms while behind (default 250 ms): the herd drains
+    # over many transactions, so the kill lands mid-drain.
+    small = {"KAFKRON_TIMER_BATCH_SIZE": "500", "KAFKRON_TIMER_BACKLOG_COMMIT_INTERVAL_MS": "20"}
     timer = TimerProcess(topics, "timer-herd", tmp_path, **small).start()
     try:
         wait_until_live(topics, reader)

@@ -1,0 +1,57 @@
+"""When a timer's fires commit, and how fast fired wheel entries are collected.
+
+Fires become visible to ``read_committed`` readers when their transaction commits. A drain
+that caught up (it stopped short of its budget) asks for a commit at the end of the
+punctuation round, so a steady trickle of fires is visible within a punctuation interval
+plus one commit. A drain still behind (a hot second) lets its transaction grow for up to
+``backlog_commit_interval_ms``: a herd drains in fewer, larger transactions, which cost the
+broker far less per fire (markers, EndTxn) than one per punctuation round.
+
+Collecting fired fast entries (a RocksDB delete and a changelog tombstone each) is
+deferred work: it waits while any partition is behind and is paced by a token bucket of
+``collect_per_s``, so that after a herd of a million it never crowds out fresh fires.
+"""
+
+from __future__ import annotations
+
+
+class DrainPacer:
+    """Per-process commit and collection pacing of the timer's punctuations."""
+
+    def __init__(
+        self, batch_size: int, backlog_commit_interval_ms: int, collect_per_s: int
+    ) -> None:
+        self.batch_size = batch_size
+        self.backlog_commit_interval_ms = backlog_commit_interval_ms
+        self.collect_per_s = collect_per_s
+        self._behind: set[int] = set()  # partitions whose last drain stopped at its budget
+        self._tokens = float(batch_size)
+        self._refilled_ms: int | None = None
+
+    def commit_within_ms(self, partition: int, emitted: int) -> int | None:
+        """How soon the transaction should commit after this drain (None: no need)."""
+        if emitted >= self.batch_size:
+            self._behind.add(partition)
+            return self.backlog_commit_interval_ms
+        if emitted or partition in self._behind:
+            self._behind.discard(partition)
+            return 0
+        return None
+
+    def collect_limit(self, now_ms: int) -> int:
+        """How many fired entries this punctuation may collect (0 while any partition lags)."""
+        if self._refilled_ms is not None:
+            earned = max(0, now_ms - self._refilled_ms) / 1000 * self.collect_per_s
+            self._tokens = min(float(self.batch_size), self._tokens + earned)
+        self._refilled_ms = now_ms
+        if self._behind:
+            return 0
+        return int(self._tokens)
+
+    def collected(self, count: int) -> None:
+        """Spend tokens for ``count`` collected entries."""
+        self._tokens = max(0.0, self._tokens - count)
+
+    def forget(self, partition: int) -> None:
+        """The partition is gone (revoked or lost)."""
+        self._behind.discard(partition)

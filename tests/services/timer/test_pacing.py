@@ -1,0 +1,66 @@
+"""Commit and collection pacing of the timer, and the bulk output path of the drain.
+
+Pure logic: the pacer is driven by an explicit clock; the drain runs on the in-memory fakes
+of ``test_timer_logic``.
+"""
+
+from __future__ import annotations
+
+from services.timer.drain import drain_due
+from services.timer.pacing import DrainPacer
+from services.timer.scope import Scope
+from services.timer.wheel import WATERMARK_KEY
+from tests.services.timer.test_timer_logic import T0, Timer, cron_job, one_off
+
+
+def test_caught_up_drain_commits_now_and_a_backlog_commits_within_the_interval() -> None:
+    pacer = DrainPacer(batch_size=100, backlog_commit_interval_ms=250, collect_per_s=1_000)
+    assert pacer.commit_within_ms(0, 0) is None  # nothing fired, nothing to hurry
+    assert pacer.commit_within_ms(0, 7) == 0  # a trickle: visible at the end of the round
+    assert pacer.commit_within_ms(1, 100) == 250  # a full batch: more is due, let it grow
+    assert pacer.commit_within_ms(1, 100) == 250
+    # The partition that was behind drained exactly its last batch: commit it now.
+    assert pacer.commit_within_ms(1, 0) == 0
+    assert pacer.commit_within_ms(1, 0) is None
+
+
+def test_collection_waits_while_any_partition_is_behind_and_is_rate_limited() -> None:
+    pacer = DrainPacer(batch_size=1_000, backlog_commit_interval_ms=250, collect_per_s=2_000)
+    assert pacer.collect_limit(T0) == 1_000  # a full bucket to start with
+    pacer.collected(1_000)
+    assert pacer.collect_limit(T0 + 100) == 200  # 2,000/s for 100 ms
+    pacer.commit_within_ms(3, 1_000)  # partition 3 has a backlog: fires first
+    assert pacer.collect_limit(T0 + 10_000) == 0
+    pacer.forget(3)  # revoked: it no longer holds collection back
+    assert pacer.collect_limit(T0 + 10_000) == 1_000  # the bucket is capped at a batch
+
+
+def test_bulk_output_emits_what_one_by_one_emits_in_the_same_order() -> None:
+    """Fast entries go out in bulk; slow entries in between keep the scan's order."""
+    outputs = []
+    for bulk in (False, True):
+        timer = Timer(batch_size=50)
+        for i in range(40):
+            timer.submit(one_off(f"f{i:03d}", T0 + 1_000 + i % 4), T0)
+        # A cron entry is settled through its state (slow) amid fast entries of its second:
+        # keys sort by time, then job id, so "m-cron" sits between f... and later seconds.
+        timer.submit(cron_job("m-cron", "* * * * * *", T0, overlap="ALLOW"), T0)
+        batches: list[int] = []
+
+        def emit_many(
+            records: list[tuple[str, bytes | None, bytes | None]],
+            batches: list[int] = batches,
+            timer: Timer = timer,
+        ) -> None:
+            batches.append(len(records))
+            timer.out.extend(records)
+
+        scope = Scope(
+            timer.env, timer.jobs, timer.wheel, timer._emit, T0 + 1_003,
+            emit_many=emit_many if bulk else None,
+        )  # fmt: skip
+        emitted = drain_due(scope, 50)
+        outputs.append((emitted, list(timer.out), timer.jobs.get(WATERMARK_KEY)))
+        if bulk:
+            assert batches == [10, 30]  # the cron's DueEvent went out between them
+    assert outputs[0] == outputs[1] and outputs[0][0] == 41
