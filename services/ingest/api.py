@@ -3,46 +3,49 @@
 Writes go through :class:`~services.ingest.client.KafkronClient`; reads come from the
 :class:`~services.ingest.view.StatusView`, never from topics. Validation errors answer 422
 in FastAPI's shape (``detail: [{loc, msg, type}]``, ``loc`` naming the field).
+
+Creates (``POST /api/jobs`` and ``POST /api/jobs/batch``) are the hot path: they run on the
+event loop (:mod:`services.ingest.async_creates`, no thread per request, concurrent creates
+share the producer's batches, each answers once its record is durable) and are served by a
+pure ASGI middleware (:mod:`services.ingest.create_lane`) documented in OpenAPI by
+:mod:`services.ingest.openapi`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request
-from fastapi.concurrency import run_in_threadpool
+import orjson
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from services.ingest.client import CommandReceipt, KafkronClient, SubmitReceipt
+from services.ingest.async_creates import AsyncCreates
+from services.ingest.client import CommandReceipt, KafkronClient
+from services.ingest.create_lane import CreateLane, unprocessable
 from services.ingest.exceptions import (
     JobConflictError,
     JobNotFoundError,
     JobRequestError,
     ViewNotReadyError,
 )
+from services.ingest.openapi import document_creates
 from services.ingest.presenters import dead_letter_body, iso, job_body
 from services.ingest.settings import IngestSettings
-from services.ingest.validation import parse_job_create
 from services.ingest.view import StatusView
 from services.ingest.view_store import InvalidCursorError
 from streams.codec import Codec
 from streams.exceptions import KafkaDeliveryError
 
-MAX_IDEMPOTENCY_KEY_LENGTH = 200
-# JSON framing around the payload limit: the other fields of a request are small.
-_BODY_OVERHEAD_BYTES = 64 * 1024
+
+def _unprocessable(errors: list[dict[str, Any]], prefix: str) -> Response:
+    body = orjson.dumps(unprocessable(errors, prefix))
+    return Response(body, status_code=422, media_type="application/json")
 
 
-def _unprocessable(errors: list[dict[str, Any]], prefix: str) -> JSONResponse:
-    detail = [{**e, "loc": [prefix, *e["loc"]]} for e in errors]
-    return JSONResponse({"detail": detail}, status_code=422)
-
-
-def _invalid(prefix: str, loc: list[str], message: str, kind: str, value: Any) -> JSONResponse:
+def _invalid(prefix: str, loc: list[str], message: str, kind: str, value: Any) -> Response:
     """A 422 with one error, shaped like FastAPI's own."""
     return _unprocessable(JobRequestError.at(loc, message, value, kind).errors, prefix)
 
@@ -55,7 +58,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
         return handle
 
-    async def request_error(request: Request, exc: Exception) -> JSONResponse:
+    async def request_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, JobRequestError)
         return _unprocessable(exc.errors, "body")
 
@@ -71,14 +74,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(KafkaDeliveryError, delivery_error)
 
 
-def _submit_body(receipt: SubmitReceipt) -> dict[str, Any]:
-    return {
-        "job_id": receipt.job_id,
-        "status": receipt.status,
-        "next_run_at": iso(receipt.next_run_at_ms),
-    }
-
-
 def _command_body(receipt: CommandReceipt) -> dict[str, Any]:
     body: dict[str, Any] = {"job_id": receipt.job_id, "status": receipt.status}
     if receipt.manual_fire_at_ms is not None:
@@ -86,20 +81,16 @@ def _command_body(receipt: CommandReceipt) -> dict[str, Any]:
     return body
 
 
-def _submit(client: KafkronClient, body: Any, idempotency_key: str | None) -> SubmitReceipt:
-    return client.submit(parse_job_create(body), idempotency_key=idempotency_key)
-
-
 def create_app(settings: IngestSettings) -> FastAPI:
     """The ingest API; its lifespan starts the status view and the producer and stops them."""
     codec = Codec.from_directory()
-    max_body_bytes = settings.max_payload_bytes * 2 + _BODY_OVERHEAD_BYTES
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         view = StatusView(settings, codec).start()
         client = KafkronClient(settings, lookup=view, codec=codec)
         app.state.view, app.state.client = view, client
+        app.state.creates = AsyncCreates(client, view, settings, codec)
         try:
             yield
         finally:
@@ -109,6 +100,8 @@ def create_app(settings: IngestSettings) -> FastAPI:
                 view.close()
 
     app = FastAPI(title="kafkron", version="1", lifespan=lifespan)
+    app.add_middleware(CreateLane, settings=settings)
+    app.openapi = document_creates(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
 
     def client_of(request: Request) -> KafkronClient:
@@ -118,31 +111,6 @@ def create_app(settings: IngestSettings) -> FastAPI:
     def view_of(request: Request) -> StatusView:
         view: StatusView = request.app.state.view
         return view
-
-    @app.post("/api/jobs", status_code=201)
-    async def create_job(
-        request: Request,
-        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-    ) -> JSONResponse:
-        """Create a job; a repeat with the same Idempotency-Key returns the first answer."""
-        key_length = len(idempotency_key) if idempotency_key is not None else 1
-        if not 0 < key_length <= MAX_IDEMPOTENCY_KEY_LENGTH:
-            message = f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters"
-            return _invalid("header", ["idempotency-key"], message, "string_too_long", None)
-        declared = request.headers.get("content-length", "0")
-        if declared.isdigit() and int(declared) > max_body_bytes:
-            message = f"request body of {declared} bytes is over {max_body_bytes}"
-            return JSONResponse({"detail": message}, status_code=413)
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            message = f"request body of {len(raw)} bytes is over {max_body_bytes}"
-            return JSONResponse({"detail": message}, status_code=413)
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            return _invalid("body", [], f"JSON decode error: {exc}", "json_invalid", None)
-        receipt = await run_in_threadpool(_submit, client_of(request), body, idempotency_key)
-        return JSONResponse(_submit_body(receipt), status_code=201 if receipt.created else 200)
 
     @app.get("/api/jobs/{job_id}")
     def get_job(job_id: str, request: Request) -> dict[str, Any]:
@@ -183,7 +151,7 @@ def create_app(settings: IngestSettings) -> FastAPI:
         request: Request,
         cursor: Annotated[str | None, Query(max_length=64)] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 20,
-    ) -> dict[str, Any] | JSONResponse:
+    ) -> dict[str, Any] | Response:
         """Dead-lettered executions and records, newest first, cursor-paginated."""
         try:
             items, next_cursor = view_of(request).dead_letters(cursor, limit)

@@ -21,18 +21,21 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from services.ingest.async_delivery import DeliveryGroup
 from services.ingest.bulk import BulkJobBuilder, fast_job_ids
 from services.ingest.commands import (
     JobRecord,
     cancel_record,
-    first_run_at_ms,
-    job_id_for_key,
-    new_job_id,
     pause_record,
-    request_hash,
     resume_record,
-    submit_record,
     trigger_record,
+)
+from services.ingest.creates import (
+    JobRequest,
+    SubmitReceipt,
+    answer_repeat,
+    encode_create,
+    plan_create,
 )
 from services.ingest.exceptions import (
     JobConflictError,
@@ -42,15 +45,12 @@ from services.ingest.exceptions import (
 )
 from services.ingest.producer import CommandProducer, Delivered, partition_for_key
 from services.ingest.settings import IngestSettings
-from services.ingest.validation import JobCreate, check_limits, parse_job_create
 from streams.codec import Codec, RecordKind
 from streams.records import JobStatus
 from streams.topics import TopicNames
 
 if TYPE_CHECKING:
     from services.ingest.view import StatusView
-
-JobRequest = JobCreate | Mapping[str, Any]
 
 
 class JobStateLookup(Protocol):
@@ -63,16 +63,6 @@ class JobStateLookup(Protocol):
     def wait_until_caught_up(
         self, timeout_s: float, partitions: Collection[tuple[str, int]] | None = None
     ) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitReceipt:
-    """The answer to a create: ``created`` is False when it repeated an earlier create."""
-
-    job_id: str
-    status: str
-    next_run_at_ms: int | None
-    created: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,54 +132,14 @@ class KafkronClient:
         returns the first answer with ``created=False``; the same key or job id with another
         request raises ``JobConflictError``. Raises ``JobRequestError`` naming bad fields.
         """
-        create = parse_job_create(job)
-        hashed = request_hash(create)
-        job_id = create.job_id
-        if job_id is None:
-            job_id = (
-                new_job_id()
-                if idempotency_key is None
-                else job_id_for_key(create.tenant, idempotency_key)
-            )
-        if idempotency_key is not None or create.job_id is not None:
-            existing = self._find(job_id, results=False)
+        planned = plan_create(job, idempotency_key)
+        if planned.lookup:
+            existing = self._find(planned.job_id, results=False)
             if existing is not None:
-                return self._repeat(existing, idempotency_key, hashed)
-        now_us = self._clock_us()
-        check_limits(create, self._settings, now_us // 1000)
-        record = submit_record(
-            create,
-            job_id=job_id,
-            now_us=now_us,
-            retry_defaults=self._settings.default_retry,
-            idempotency_key=idempotency_key,
-            hash_of_request=hashed,
-        )
-        next_run = first_run_at_ms(record, now_us // 1000)
-        if create.cron is not None and next_run is None:
-            raise JobRequestError.at(
-                ["cron"], "the schedule has no tick after now; check expression, start and end"
-            )
-        self._write(job_id, record)
-        return SubmitReceipt(job_id, JobStatus.SCHEDULED.value, next_run)
-
-    def _repeat(
-        self, existing: Mapping[str, Any], idempotency_key: str | None, hashed: str
-    ) -> SubmitReceipt:
-        job_id = existing["job_id"]
-        if existing.get("idempotency_key") == idempotency_key:
-            if existing.get("request_hash") == hashed:
-                first = first_run_at_ms(existing, existing["created_at_ms"])
-                return SubmitReceipt(job_id, JobStatus.SCHEDULED.value, first, created=False)
-            if idempotency_key is not None:
-                raise JobConflictError(
-                    job_id,
-                    f"Idempotency-Key {idempotency_key!r} was already used with another request "
-                    f"body (job {job_id}); send the original body, or use a new key for a new job",
-                )
-        raise JobConflictError(
-            job_id, f"job {job_id} already exists; choose another job_id or leave it out"
-        )
+                return answer_repeat(existing, planned)
+        value, receipt = encode_create(planned, self._settings, self._codec, self._clock_us())
+        self._remember(self._producer.send(self._names.jobs, planned.job_id.encode(), value))
+        return receipt
 
     def submit_many(self, jobs: Sequence[JobRequest]) -> list[str]:
         """Create many jobs with one produce pass and one wait; returns their job ids.
@@ -289,6 +239,17 @@ class KafkronClient:
         delivered = self._producer.send(self._names.jobs, job_id.encode(), value)
         self._remember(delivered)
         return delivered
+
+    async def write_async(self, records: Sequence[tuple[bytes, bytes]]) -> DeliveryGroup:
+        """Produce encoded Job records (key, value) to ``jobs`` from an event loop; returns
+        once each is durable or failed (``error_for(key)`` of the returned group says).
+
+        No thread waits: the deliveries of many concurrent writes share the producer's
+        batches. Read-your-writes offsets are remembered.
+        """
+        group = self._producer.produce_group(self._names.jobs, records)
+        self._remember(await self._producer.wait_group(group))
+        return group
 
     def _remember(self, delivered: Delivered) -> None:
         with self._state_lock:

@@ -1,24 +1,113 @@
-"""Entry point of the ingest service: ``python -m services.ingest.main`` (or ``run(settings)``)."""
+"""Entry point of the ingest service: ``python -m services.ingest.main`` (or ``run(settings)``).
+
+With ``api_processes`` > 1 (``KAFKRON_INGEST_API_PROCESSES``) this process supervises that
+many API processes, each bound to the same port with ``SO_REUSEPORT`` so that the kernel
+spreads connections over them. Each has its own producer and its own status view (its own
+RocksDB next to ``view_path``, and its own read of ``jobs``, ``job-results`` and ``dlq``):
+N times the view's memory, disk and consumer load, and read-your-writes holds per process
+(a GET that reaches another process than the create may answer 404 for a moment). Keyed
+creates stay exactly-once across processes: each reads the job's partition to its end first.
+"""
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import signal
+import socket
+import threading
+from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
 from services.ingest.api import create_app
 from services.ingest.settings import IngestSettings
+from streams.exceptions import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 
 def run(settings: IngestSettings) -> None:
-    """Serve the REST API with uvicorn until interrupted."""
-    uvicorn.run(
+    """Serve the REST API with uvicorn until interrupted (in ``api_processes`` processes)."""
+    if settings.api_processes == 1:
+        uvicorn.Server(_config(settings)).run()
+    else:
+        _supervise(settings)
+
+
+def _config(settings: IngestSettings) -> uvicorn.Config:
+    return uvicorn.Config(
         create_app(settings),
         host=settings.http_host,
         port=settings.http_port,
+        loop=settings.event_loop,
+        http=settings.http_implementation,
         log_level="info",
         access_log=False,
     )
+
+
+def view_path_of_process(view_path: Path, index: int) -> Path:
+    """Process 0 keeps the single-process view; the others get ``<view_path>-<index>``."""
+    return view_path if index == 0 else view_path.with_name(f"{view_path.name}-{index}")
+
+
+def _serve_process(settings_json: str, index: int) -> None:
+    """One of several API processes: its own view, a port shared with SO_REUSEPORT."""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s api-{index} %(message)s")
+    settings = IngestSettings.model_validate_json(settings_json)
+    settings = settings.model_copy(
+        update={"view_dir": view_path_of_process(settings.view_path, index)}
+    )
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.http_host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((settings.http_host, settings.http_port))
+    uvicorn.Server(_config(settings)).run(sockets=[sock])
+
+
+def _supervise(settings: IngestSettings) -> None:
+    """Start the API processes; stop them all when asked to, or when one of them exits."""
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ConfigurationError("api_processes > 1 needs SO_REUSEPORT (Linux, BSD); set it to 1")
+    if settings.http_port == 0:
+        raise ConfigurationError("api_processes > 1 needs a fixed http_port, not 0")
+    context = multiprocessing.get_context("spawn")
+    processes = [
+        context.Process(
+            target=_serve_process,
+            args=(settings.model_dump_json(), index),
+            name=f"kafkron-api-{index}",
+        )
+        for index in range(settings.api_processes)
+    ]
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for process in processes:
+            process.start()
+        while not stop.wait(0.5):
+            exited = [p for p in processes if not p.is_alive()]
+            if exited:
+                log.error("API process %s exited (%s); stopping the others", exited[0].name,
+                          exited[0].exitcode)  # fmt: skip
+                break
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(15)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main() -> None:

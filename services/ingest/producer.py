@@ -3,11 +3,15 @@
 A command counts as written only when its delivery report came back without error; the
 first delivery error of a send is raised (quix-streams' latch-and-raise pattern). A
 background thread serves delivery reports, so many threads can send at once and each waits
-only for its own records.
+only for its own records. ``produce_group`` is the same for an asyncio caller: the delivery
+reports of a group of records resolve one future on the caller's loop
+(:mod:`services.ingest.async_delivery`), so many requests share one producer and its
+batches (``linger.ms``) without a thread each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterable
@@ -16,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from services.ingest.async_delivery import AsyncReports, DeliveryGroup
 from streams.exceptions import KafkaDeliveryError
 from streams.settings import KafkaSettings
 
@@ -139,12 +144,14 @@ class CommandProducer:
         self._timeout_s = delivery_timeout_s
         self._stop = threading.Event()
         self._fatal: KafkaError | None = None
+        self._async_reports = AsyncReports(self._delivery_error)
         self._poller = threading.Thread(target=self._serve, name="ingest-producer", daemon=True)
         self._poller.start()
 
     def _serve(self) -> None:
         while not self._stop.is_set():
             self._producer.poll(0.1)
+            self._async_reports.hand_over()
 
     @property
     def healthy(self) -> bool:
@@ -154,6 +161,57 @@ class CommandProducer:
     def send(self, topic: str, key: bytes, value: bytes) -> Delivered:
         """Produce one record and wait until it is durable."""
         return self.send_many(topic, ((key, value),))
+
+    def produce_group(self, topic: str, records: Iterable[tuple[bytes, bytes]]) -> DeliveryGroup:
+        """Produce (key, value) records from an event loop, as one group to await with
+        :meth:`wait_group`. Never blocks the loop: a record the full local queue refuses
+        gets a retryable error at once. Keys must differ within a group."""
+        group = self._async_reports.group(topic)
+        produce, on_delivery = self._producer.produce, group.queue
+        count = 0
+        for key, value in records:
+            try:
+                produce(topic, value, key, on_delivery=on_delivery)
+            except BufferError:
+                group.errors[key] = KafkaDeliveryError(
+                    "the producer's local queue is full (the broker is slow or unreachable); "
+                    "retry shortly",
+                    retryable=True,
+                    retry_after_s=1.0,
+                )
+                continue
+            except KafkaException as exc:  # refused locally, e.g. over message.max.bytes
+                error = exc.args[0] if exc.args else None
+                group.errors[key] = (
+                    self._delivery_error(error)
+                    if isinstance(error, KafkaError)
+                    else KafkaDeliveryError(f"a command was not written: {exc}", retryable=False)
+                )
+                continue
+            count += 1
+        group.seal(count)
+        return group
+
+    async def wait_group(self, group: DeliveryGroup) -> Delivered:
+        """Wait until every record of ``group`` was reported, at most the delivery timeout
+        (plus a margin); after that, its records without a report count as failed."""
+        # One timer handle per group (cheaper than wait_for + shield, measured ~10 us).
+        timer = asyncio.get_running_loop().call_later(self._timeout_s + 5.0, self._expire, group)
+        try:
+            await group.done
+        finally:
+            timer.cancel()
+        return Delivered(group.topic, dict(group.offsets))
+
+    def _expire(self, group: DeliveryGroup) -> None:
+        group.expire(
+            KafkaDeliveryError(
+                f"a command was not acknowledged within {self._timeout_s:g}s; is the broker "
+                "reachable? It may still be written: repeat with the same job id or "
+                "idempotency key",
+                retryable=True,
+            )
+        )
 
     def send_many(self, topic: str, records: Iterable[tuple[bytes, bytes]]) -> Delivered:
         """Produce every (key, value), then wait once for all; raise the first failure.
@@ -228,9 +286,12 @@ class CommandProducer:
             self._raise(deliveries.error)
 
     def _raise(self, error: KafkaError) -> None:
+        raise self._delivery_error(error)
+
+    def _delivery_error(self, error: KafkaError) -> KafkaDeliveryError:
         if error.fatal():
             self._fatal = error
-        raise KafkaDeliveryError(
+        return KafkaDeliveryError(
             f"a command was not written: {error.str()} ({error.name()}); "
             + ("retry it" if error.retriable() else "check the broker and topic settings"),
             retryable=error.retriable(),
@@ -253,6 +314,7 @@ class CommandProducer:
             self._stop.set()
             self._poller.join(timeout=5)
             if not self._poller.is_alive():  # never close a client another thread polls
+                self._async_reports.hand_over()  # reports served by the flush above
                 self._close_clients()
 
     def _close_clients(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -48,6 +49,14 @@ class IngestSettings(BaseSettings):
     view_catch_up_timeout_s: float = Field(default=5.0, gt=0)
     # How long a produce may take to become durable before the command fails.
     delivery_timeout_s: float = Field(default=30.0, gt=0)
+    # Items of one POST /api/jobs/batch and bytes of its body; more is refused whole (413).
+    max_batch_items: int = Field(default=1000, ge=1, le=100_000)
+    max_batch_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    # API processes sharing the port (SO_REUSEPORT); each has its own status view.
+    api_processes: int = Field(default=1, ge=1, le=64)
+    # uvicorn's event loop and HTTP parser; "auto" picks uvloop and httptools when installed.
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    http_implementation: Literal["auto", "h11", "httptools"] = "auto"
 
     @model_validator(mode="after")
     def _backoff_bounds(self) -> IngestSettings:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from confluent_kafka import (
@@ -83,6 +83,7 @@ class StatusView:
         self._partitions: dict[str, int] = {}
         self._ready = threading.Event()
         self._startup_targets: dict[TopicPartitionKey, int] = {}
+        self._advance_listeners: list[Callable[[], None]] = []
         self.last_error: str | None = None
 
     # lifecycle ---------------------------------------------------------------------------
@@ -220,6 +221,21 @@ class StatusView:
         targets = self._latest_offsets(wanted)
         return self.wait_for_offsets(targets, max(0.0, deadline - time.monotonic()))
 
+    def reached(self, targets: Mapping[TopicPartitionKey, int]) -> bool:
+        """True when each partition is applied up to (excluding) its target offset."""
+        with self._advanced:
+            return self._reached(targets)
+
+    def add_advance_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (in the view's thread; keep it short) after each applied batch."""
+        self._advance_listeners.append(listener)
+
+    def latest_offsets(
+        self, partitions: Collection[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        """The last stable offset of each partition now (one ListOffsets round trip)."""
+        return self._latest_offsets(partitions)
+
     def _reached(self, targets: Mapping[TopicPartitionKey, int]) -> bool:
         return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
 
@@ -299,6 +315,8 @@ class StatusView:
                 if not self._ready.is_set() and self._reached(self._startup_targets):
                     self._ready.set()  # before waiters wake, so they see it
                 self._advanced.notify_all()
+            for listener in self._advance_listeners:
+                listener()
             return
 
     def _apply(self, messages: list[Message]) -> dict[TopicPartitionKey, int]:

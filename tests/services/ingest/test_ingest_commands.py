@@ -6,8 +6,11 @@ import uuid
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.ingest.commands import (
+    IDEMPOTENT_JOB_NAMESPACE,
     cancel_record,
     first_run_at_ms,
     job_id_for_key,
@@ -198,3 +201,13 @@ def test_trigger_now_sets_a_manual_fire_and_keeps_the_status() -> None:
         trigger_record(cancelled, NOW_US + 4)
     with pytest.raises(JobConflictError, match="COMPLETED"):
         trigger_record({**submitted(), "status": "COMPLETED"}, NOW_US + 4)
+
+
+_TEXT = st.characters(exclude_categories=("Cs",))  # what a str can encode to UTF-8
+
+
+@given(st.text(_TEXT, max_size=70), st.text(_TEXT, max_size=300))
+def test_job_id_for_key_is_uuid5_of_tenant_and_key(tenant: str, key: str) -> None:
+    """The fast derivation must never change an id: repeats of old requests rely on it."""
+    expected = str(uuid.uuid5(IDEMPOTENT_JOB_NAMESPACE, f"{tenant}\x00{key}"))
+    assert job_id_for_key(tenant, key) == expected

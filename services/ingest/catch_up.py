@@ -1,0 +1,120 @@
+"""Read-before-create for the API's event loop: wait until the view saw a partition's end.
+
+A create with an Idempotency-Key (or an explicit job id) must know whether its job already
+exists, on any API instance. So it asks the broker for the end of the job's ``jobs``
+partition (ListOffsets) and waits until the status view has applied up to there. With many
+such creates at once, one ListOffsets request per round answers all of them: requests that
+arrive while a round is in flight join the next round (a round that started before a
+request arrived could miss a write that was acknowledged just before it, so it never
+answers that request). The wait itself is a future woken by the view's consumer thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+
+from services.ingest.exceptions import ViewNotReadyError
+from services.ingest.view import StatusView, TopicPartitionKey
+
+Offsets = dict[TopicPartitionKey, int]
+
+
+@dataclass
+class _Round:
+    """One ListOffsets request for the union of the partitions its requests need."""
+
+    future: asyncio.Future[Offsets]
+    partitions: set[TopicPartitionKey] = field(default_factory=set)
+
+
+def _retrieve(future: asyncio.Future[Offsets]) -> None:
+    if not future.cancelled():
+        future.exception()  # a round whose waiters all timed out: mark its error seen
+
+
+class AsyncCatchUp:
+    """Coalesced ``wait_until_caught_up`` for one event loop and one status view."""
+
+    def __init__(self, view: StatusView) -> None:
+        self._view = view
+        self._loop = asyncio.get_running_loop()
+        self._next: _Round | None = None
+        self._in_flight: asyncio.Task[None] | None = None
+        self._waiters: list[tuple[Mapping[TopicPartitionKey, int], asyncio.Future[None]]] = []
+        view.add_advance_listener(self._on_advance)
+
+    async def caught_up(self, partitions: Collection[TopicPartitionKey], timeout_s: float) -> bool:
+        """True once the view applied everything committed to ``partitions`` when called;
+        False when ``timeout_s`` passed first."""
+        deadline = self._loop.time() + timeout_s
+        try:
+            targets = await asyncio.wait_for(self._latest(partitions), timeout_s)
+        except TimeoutError:
+            return False
+        if self._view.reached(targets):
+            return True
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        entry = (targets, waiter)
+        self._waiters.append(entry)
+        try:
+            # Checked again after registering: an advance before this line found no waiter.
+            if self._view.reached(targets):
+                return True
+            await asyncio.wait_for(waiter, max(0.0, deadline - self._loop.time()))
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+
+    async def _latest(self, partitions: Collection[TopicPartitionKey]) -> Offsets:
+        if self._next is None:
+            self._next = _Round(self._loop.create_future())
+            self._next.future.add_done_callback(_retrieve)
+            if self._in_flight is None:
+                self._loop.call_soon(self._launch)
+        round_ = self._next
+        round_.partitions.update(partitions)
+        offsets = await asyncio.shield(round_.future)
+        return {tp: offsets[tp] for tp in partitions}
+
+    def _launch(self) -> None:
+        round_, self._next = self._next, None
+        if round_ is not None and self._in_flight is None:
+            self._in_flight = self._loop.create_task(self._run(round_))
+
+    async def _run(self, round_: _Round) -> None:
+        try:
+            offsets = await asyncio.to_thread(self._view.latest_offsets, round_.partitions)
+        except KafkaException as exc:
+            round_.future.set_exception(
+                ViewNotReadyError(
+                    f"could not read the end offsets of the jobs topic: {exc}; retry shortly",
+                    retry_after_s=1.0,
+                )
+            )
+        except Exception as exc:
+            round_.future.set_exception(exc)
+        else:
+            round_.future.set_result(offsets)
+        finally:
+            self._in_flight = None
+            if self._next is not None:
+                self._launch()
+
+    def _on_advance(self) -> None:
+        """In the view's thread, after a batch: wake the loop when someone waits."""
+        if self._waiters:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        for targets, waiter in list(self._waiters):
+            if not waiter.done() and self._view.reached(targets):
+                waiter.set_result(None)

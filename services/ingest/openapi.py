@@ -1,0 +1,109 @@
+"""OpenAPI of the create endpoints, which :mod:`services.ingest.create_lane` serves.
+
+They are not FastAPI routes (see that module for why), so FastAPI does not document them;
+this adds their paths, and the schemas of their bodies from the pydantic models that
+validate them (``JobCreate``) or describe them (``JobBatch``, ``BatchAnswer``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from services.ingest.batch import (
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    BatchAnswer,
+    CreatedJob,
+    JobBatch,
+)
+from services.ingest.create_lane import BATCH_PATH, CREATE_PATH
+from services.ingest.validation import JobCreate
+
+_MODELS: list[type[BaseModel]] = [JobCreate, JobBatch, CreatedJob, BatchAnswer]
+
+
+def _json_of(model: type[BaseModel], description: str) -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _message(description: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"detail": {}}}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_TOO_LARGE = _message("The body is over its size limit (batch: over max_batch_items items)")
+_INVALID = _message("Validation error: detail lists {type, loc, msg, input}, loc naming the field")
+_RETRY = _message("Not written in time or the view is behind: retry (Retry-After)")
+
+PATHS: dict[str, Any] = {
+    CREATE_PATH: {
+        "post": {
+            "tags": ["jobs"],
+            "summary": "Create a job",
+            "operationId": "create_job",
+            "description": "Durable on answer. A repeat with the same Idempotency-Key and "
+            "body answers the first answer with 200; the same key with another body is 409.",
+            "parameters": [
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "schema": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_IDEMPOTENCY_KEY_LENGTH,
+                    },
+                }
+            ],
+            "requestBody": {"required": True, **_json_of(JobCreate, "The job to create")},
+            "responses": {
+                "201": _json_of(CreatedJob, "Created"),
+                "200": _json_of(CreatedJob, "A repeat of an earlier create: its answer"),
+                "409": _message("The key was used with another body, or the job_id exists"),
+                "413": _TOO_LARGE,
+                "422": _INVALID,
+                "503": _RETRY,
+            },
+        }
+    },
+    BATCH_PATH: {
+        "post": {
+            "tags": ["jobs"],
+            "summary": "Create many jobs, answered per item",
+            "operationId": "create_jobs_batch",
+            "description": "Up to max_batch_items creates, each with its own optional "
+            "idempotency key. Answers 200 with one answer per item in request order, each "
+            "with the status_code a single create would have answered (201, 200 for a "
+            "repeat, 409, 422 with loc [body, items, index, job, field], 503 to retry); a "
+            "bad item never holds up the others. Every 201/200 item is durable.",
+            "requestBody": {"required": True, **_json_of(JobBatch, "The creates")},
+            "responses": {
+                "200": _json_of(BatchAnswer, "Every item's answer"),
+                "413": _TOO_LARGE,
+                "422": _INVALID,
+            },
+        }
+    },
+}
+
+
+def document_creates(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """``app.openapi`` plus the create endpoints and their schemas."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            schema.setdefault("paths", {}).update(PATHS)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in _MODELS:
+                found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(found.pop("$defs", {}))
+                components[model.__name__] = found
+        return app.openapi_schema  # type: ignore[return-value]
+
+    return openapi
