@@ -72,5 +72,6 @@ def measure_pipe(
                 seen += 1
     consume_s = time.perf_counter() - started
     consumer.close()
-    admin.delete_topics([topic])
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result()  # a benchmark leaves no topic behind
     return PipeFigures(records, records / produce_s, records / consume_s)
