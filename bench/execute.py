@@ -1,13 +1,16 @@
 """The executor's throughput: N pre-produced DueEvents, one executor process, real Kafka.
 
-Run: ``.venv/bin/python -m bench.execute --bootstrap 127.0.0.1:9092 [--events 100000]``.
+Run: ``.venv/bin/python -m bench.execute --bootstrap 127.0.0.1:9092 [--events 100000]``
+(``--only noop`` runs one scenario; ``--profile DIR`` attaches py-spy to the executor and
+writes ``DIR/<scenario>.txt``, collapsed stacks, and ``DIR/<scenario>.svg``).
 
 Measures in one run on one broker: the raw pipe (``bench.pipe.measure_pipe``) for the same
 record count; then, per scenario, pre-produces the DueEvents, starts one executor process
 (``python -m services.executor.main``) and reads ``job-results`` back ``read_committed``
 until every execution's SUCCEEDED is there. Executions/s counts from the first STARTED to
 the last SUCCEEDED (Kafka timestamps of the results: results and commits included) and
-is printed as a ratio to the raw produce and consume rates. Scenarios:
+is printed as a ratio to the raw produce and consume rates, with the executor process's
+CPU time (user + system, start-up included) per execution. Scenarios:
 
 - ``noop``: ``examples.noop`` (returns at once);
 - ``sleep100ms-<window>``: ``examples.sleep`` with 0.1 s, ``max_in_flight`` = window.
@@ -30,7 +33,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.herd import ROOT, _delete_namespace
-from bench.pipe import measure_pipe
+from bench.pipe import PipeFigures, measure_pipe
 from streams.admin import ensure_topics
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
@@ -104,11 +107,12 @@ class Figures:
     wall_s: float
     statuses: Counter[str]
     rss_mb: float
+    cpu_us: float  # the executor's CPU (user + system) per execution between the results
 
 
 def run_scenario(
     bootstrap: str, name: str, events: int, handler: str, payload: bytes, window: int,
-    partitions: int,
+    partitions: int, profile_dir: Path | None = None, executor_root: Path = ROOT,
 ) -> Figures:  # fmt: skip
     namespace = f"bx{uuid.uuid4().hex[:6]}."
     state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
@@ -120,7 +124,7 @@ def run_scenario(
     produce_due(settings, events, handler, payload)
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(executor_root),
         "KAFKRON_BOOTSTRAP_SERVERS": bootstrap,
         "KAFKRON_NAMESPACE": namespace,
         "KAFKRON_PARTITIONS": str(partitions),
@@ -136,25 +140,57 @@ def run_scenario(
     started = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.executor.main"], env=env, cwd=ROOT, stdout=log,
+            [sys.executable, "-m", "services.executor.main"], env=env, cwd=executor_root,
+            stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
+    spy = None if profile_dir is None else start_profiler(process.pid, profile_dir / name)
     try:
-        first_ms, last_ms, statuses, rss = read_results(settings, events, process.pid)
+        first_ms, last_ms, statuses, rss, cpu_us = read_results(settings, events, process.pid)
         wall_s = time.monotonic() - started
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         _delete_namespace(bootstrap, namespace)
+    summary = [line for line in log_path.read_text().splitlines() if " stopping: " in line]
+    if summary:
+        print(f"  {name} executor: {summary[-1].split(' stopping: ')[1]}", flush=True)
     shutil.rmtree(state_dir, ignore_errors=True)  # kept (with executor.log) when it failed
     per_s = events / max((last_ms - first_ms) / 1000, 1e-3)
-    return Figures(name, events, per_s, wall_s, statuses, rss)
+    return Figures(name, events, per_s, wall_s, statuses, rss, cpu_us)
+
+
+def start_profiler(pid: int, stem: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` (GIL holders only) into ``stem``.txt, collapsed stacks."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
+         "--gil", "--nonblocking", "-o", f"{stem}.txt"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (all its threads)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def read_results(
     settings: KafkaSettings, events: int, pid: int
-) -> tuple[int, int, Counter[str], float]:
-    """Read job-results until 2 x ``events`` (STARTED + final); then decode and count them."""
+) -> tuple[int, int, Counter[str], float, float]:
+    """Read job-results until 2 x ``events`` (STARTED + final); then decode and count them.
+
+    Also returns the executor's CPU time per execution from the first results read to the
+    last (start-up excluded): CPU seconds over half the results read meanwhile.
+    """
     consumer = Consumer(
         settings.client_config(
             **{
@@ -171,6 +207,7 @@ def read_results(
     first_ms = last_ms = 0
     deadline = time.monotonic() + 600
     rss = 0.0
+    cpu_first: tuple[float, int] | None = None
     while len(values) < 2 * events and time.monotonic() < deadline:
         for message in consumer.consume(10_000, 0.5):
             value = message.value()
@@ -179,10 +216,15 @@ def read_results(
                 stamp = message.timestamp()[1]
                 first_ms = stamp if not first_ms else min(first_ms, stamp)
                 last_ms = max(last_ms, stamp)
+        if values and cpu_first is None:
+            cpu_first = (cpu_seconds(pid), len(values))
         rss = max(rss, peak_rss_mb(pid))
+    cpu_us = 0.0
+    if cpu_first is not None and len(values) > cpu_first[1]:
+        cpu_us = (cpu_seconds(pid) - cpu_first[0]) * 2e6 / (len(values) - cpu_first[1])
     consumer.close()
     statuses = Counter(CODEC.decode(RecordKind.EXECUTION_RESULT, v)["status"] for v in values)
-    return first_ms, last_ms, statuses, rss
+    return first_ms, last_ms, statuses, rss, cpu_us
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -202,6 +244,13 @@ def main() -> None:
     parser.add_argument("--sleep-events", type=int, default=50_000)
     parser.add_argument("--windows", default="2000,10000")
     parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--only", default="", help="comma-separated scenario names to run")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy output directory")
+    parser.add_argument(
+        "--baseline-root", type=Path, default=None,
+        help="also run each scenario with the executor of this checkout (e.g. a `git archive` "
+        "of an older commit), interleaved, for a same-run A/B ratio",
+    )  # fmt: skip
     args = parser.parse_args()
     pipe = measure_pipe(args.bootstrap, args.events)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
@@ -209,14 +258,26 @@ def main() -> None:
     for window in (int(w) for w in args.windows.split(",") if w):
         scenarios.append((f"sleep100ms-{window}", args.sleep_events, "examples.sleep", b"0.1",
                           window))  # fmt: skip
+    only = {name for name in args.only.split(",") if name}
+    roots = [("", ROOT)] + ([("baseline ", args.baseline_root)] if args.baseline_root else [])
     for name, events, handler, payload, window in scenarios:
-        f = run_scenario(args.bootstrap, name, events, handler, payload, window, args.partitions)
-        print(
-            f"{f.name}: {f.executions:,} executions, {f.per_s:,.0f}/s first STARTED -> last "
-            f"result ({f.wall_s:.1f}s wall incl. start-up), ratio to raw produce "
-            f"{f.per_s / pipe.produce_per_s:.3f}, to raw consume {f.per_s / pipe.consume_per_s:.3f}"
-            f"; peak RSS {f.rss_mb:.0f} MiB; statuses {dict(f.statuses)}"
-        )
+        if only and name not in only:
+            continue
+        for label, root in roots:
+            f = run_scenario(args.bootstrap, name, events, handler, payload, window,
+                             args.partitions, args.profile, root)  # fmt: skip
+            print_figures(label, f, pipe)
+
+
+def print_figures(label: str, f: Figures, pipe: PipeFigures) -> None:
+    print(
+        f"{label}{f.name}: {f.executions:,} executions, {f.per_s:,.0f}/s first STARTED -> last "
+        f"result ({f.wall_s:.1f}s wall incl. start-up), ratio to raw produce "
+        f"{f.per_s / pipe.produce_per_s:.3f}, to raw consume {f.per_s / pipe.consume_per_s:.3f}"
+        f"; executor CPU {f.cpu_us:.1f} us/execution; peak RSS "
+        f"{f.rss_mb:.0f} MiB; statuses {dict(f.statuses)}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

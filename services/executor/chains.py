@@ -1,11 +1,12 @@
 """The in-flight window: *chains* of runs that take buffered records one at a time.
 
-A chain is a task that takes the next record from the lane buffers and runs it with a
-direct ``await``, then the next, until the buffers are empty. A handler that finishes
-without suspending costs no task, no timer and no loop turn; a handler that suspends holds
-its chain, and :meth:`Chains.dispatch` starts more while records wait and no chain is free
-to take them (1, 2, 4, ... per loop turn, up to ``max_in_flight`` chains). A chain yields to
-the loop every ``yield_every`` records so that consuming and committing go on.
+A chain is a task that takes the next record from the lane buffers and starts it (a plain
+call), awaiting only the rest of a run that must wait, then takes the next, until the
+buffers are empty. A handler that finishes without suspending costs no task, no coroutine
+frame, no timer and no loop turn; a run that waits holds its chain, and
+:meth:`Chains.dispatch` starts more while records wait and no chain is free to take them
+(1, 2, 4, ... per loop turn, up to ``max_in_flight`` chains). A chain yields to the loop
+every ``yield_every`` records so that consuming and committing go on.
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ from confluent_kafka import Message
 
 from services.executor.lane_buffers import LaneBuffers
 
-RunRecord = Callable[[Message, "asyncio.Task[None]"], Coroutine[Any, Any, None]]
-"""Runs one record; the task is the chain's own, to cancel the run when it is dropped."""
+StartRecord = Callable[[Message, "asyncio.Task[Any]"], Coroutine[Any, Any, None] | None]
+"""Starts one record; returns the rest of its run to await, or None when it is done.
+The task is the chain's own, to cancel the run at its deadline or when it is dropped."""
 
 
 class Chains:
-    """At most ``max_in_flight`` chains running records from ``buffers`` with ``run``."""
+    """At most ``max_in_flight`` chains running records from ``buffers`` with ``start``."""
 
     def __init__(
-        self, buffers: LaneBuffers, run: RunRecord, max_in_flight: int, yield_every: int = 256
+        self, buffers: LaneBuffers, start: StartRecord, max_in_flight: int, yield_every: int = 256
     ) -> None:
         self._buffers = buffers
-        self._run = run
+        self._start = start
         self._max = max_in_flight
         self._yield_every = yield_every
         self._tasks: set[asyncio.Task[None]] = set()
@@ -68,12 +70,15 @@ class Chains:
     async def _chain(self) -> None:
         task = asyncio.current_task()
         assert task is not None
+        take, start = self._buffers.take, self._start
         done = 0
         while not self.stopping:
-            message = self._buffers.take()
+            message = take()
             if message is None:
                 return
-            await self._run(message, task)
+            rest = start(message, task)
+            if rest is not None:
+                await rest
             done += 1
             if done % self._yield_every == 0:
                 self._free += 1

@@ -18,25 +18,131 @@ What remains at-least-once: the handler's own effect. A crash (or a fenced trans
 or a revoke past the grace period) *after* the handler acted but *before* the transaction
 carrying its result commits leaves no entry, so the attempt runs again, with the same
 ``execution_id``. Handlers make their effect idempotent by that id (see
-:class:`~services.executor.context.HandlerContext`). Entries are never expired yet: the
-store grows by one small entry per execution.
+:class:`~services.executor.context.HandlerContext`).
+
+Expiry (when the store is given a ``retention_ms`` R, the executor's ``dedup_retention_ms``):
+an entry last written by the commit at wall time W is kept at least until W + R (by this
+executor's clock), then deleted by the first later commit of its partition with sweep
+budget left. A time index beside the entries finds them: per commit and partition, one
+record ``\x00t`` + W + chunk listing the ids that commit wrote (execution ids never start
+with a NUL byte). Each commit sweeps expired index records in W order, visiting at most
+``sweep_min_ids`` + 2 x (entries it writes) ids per partition, so removal keeps pace with
+writes; an id rewritten later is kept (its newer W is indexed again). The deletes are
+changelog tombstones in the commit's Kafka transaction: a restore does not bring them back.
+
+What expiry gives up: a missing entry lets *any* DueEvent of the execution run (a re-read
+attempt of a RETRY_SCHEDULED, SUCCEEDED or DEAD_LETTER execution, or a REPLAY). That is safe
+while no due record the entry covers can be read again, and a due record is readable at
+most its timestamp + its topic's ``segment.ms`` + ``retention.ms`` (+ the broker's 5 min
+retention check), whether re-read after a crash, a rebalance, or by a group whose committed
+offsets expired (``auto.offset.reset=earliest``). R must cover that plus clock skew:
+:func:`required_retention_ms`, checked against the broker by
+:func:`check_retention_covers_due_topics`. A DueEvent emitted *again* for an execution more
+than R after its last outcome (a second ``dlq replay`` of one dead letter, a re-fired
+window) runs again. Entries of the previous format (13 bytes, no time) still read; the
+sweep indexes them in key order as written at that commit, then sets a format marker. A
+partition sweeps only at commits that follow a write to it since it was opened (so never
+while restoring): a quiet partition keeps what it holds until it writes again.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    ResourceType,
+)
+
+from streams.exceptions import KafkronError
 from streams.kafka.producer import TransactionalProducer
 from streams.state.store import Store
 from streams.state.transaction import StoreTransaction
 
 STORE_NAME = "dedup"
 
-_ENTRY = struct.Struct(">cIq")  # status, attempt, replay mark
+_ENTRY = struct.Struct(">cIq")  # status, attempt, replay mark (the whole previous format)
+_WRITTEN_AT = struct.Struct(">q")  # appended to _ENTRY: wall ms of the commit that wrote it
+_STORED = struct.Struct(">cIqq")  # _ENTRY + _WRITTEN_AT
+_ENTRY_SIZE = _STORED.size
+_INDEX_PREFIX = b"\x00t"  # + written-at ms + chunk number: ids written by one commit
+_INDEX_SUFFIX = struct.Struct(">QI")  # unsigned: keys sort by time
+_INDEX_TIME = struct.Struct(">Q")
+_FORMAT_KEY = b"\x00format"  # set once every entry of the partition is indexed
+_FORMAT_VERSION = b"\x02"
+_ENTRIES_START, _ENTRIES_END = b"\x01", b"\xff"  # UTF-8 ids never contain 0xff
+_ID_LENGTH = struct.Struct(">H")
+_INDEX_CHUNK_IDS = 1_000  # ids per index record: well under a record's size limit
+_SWEEP_SCAN_RECORDS = 64  # index records read per partition per sweep
+
+DAY_MS = 24 * 3600 * 1000
+KAFKA_DEFAULT_RETENTION_MS = 7 * DAY_MS  # log.retention.hours=168
+KAFKA_DEFAULT_SEGMENT_MS = 7 * DAY_MS  # log.roll.hours=168
+RETENTION_MARGIN_MS = 3600 * 1000
+"""Covers the broker's retention check (``log.retention.check.interval.ms``, 5 min by
+default) and clock skew between a due record's timestamp and this executor's clock."""
+DEFAULT_SWEEP_MIN_IDS = 1_000
+
+
+def required_retention_ms(retention_ms: int, segment_ms: int) -> int | None:
+    """The least dedup retention for due topics with these configs; None when unbounded.
+
+    A record is deleted once its segment's newest timestamp is ``retention.ms`` old; the
+    segment rolls at most ``segment.ms`` after its first record, so a record stays readable
+    at most its timestamp + ``segment.ms`` + ``retention.ms`` (+ the check interval).
+    """
+    if retention_ms < 0:
+        return None
+    return retention_ms + segment_ms + RETENTION_MARGIN_MS
+
+
+DEFAULT_RETENTION_MS = KAFKA_DEFAULT_RETENTION_MS + KAFKA_DEFAULT_SEGMENT_MS + RETENTION_MARGIN_MS
+"""``required_retention_ms`` of due topics on Kafka's default retention and roll: what
+``ensure_topics`` creates (14 days + 1 hour)."""
+
+
+class DedupRetentionError(KafkronError):
+    """The dedup retention is shorter than a due record can stay readable."""
+
+
+def check_retention_covers_due_topics(
+    admin: AdminClient, due_topics: Iterable[str], retention_ms: int, timeout_s: float = 30.0
+) -> None:
+    """Raise DedupRetentionError unless ``retention_ms`` outlives every due record.
+
+    Reads each topic's effective ``retention.ms`` and ``segment.ms`` (topic or broker
+    default) from the broker; call it at start-up, before consuming.
+    """
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in due_topics]
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
+        configs = future.result()
+        retention = int(configs["retention.ms"].value)
+        segment = int(configs["segment.ms"].value)
+        needed = required_retention_ms(retention, segment)
+        if needed is None:
+            raise DedupRetentionError(
+                f"{resource.name} has retention.ms={retention}: it keeps records forever, so "
+                "no dedup retention covers a re-read of them. Give the due topics a finite "
+                "retention.ms."
+            )
+        if retention_ms < needed:
+            raise DedupRetentionError(
+                f"{resource.name} keeps a record up to retention.ms={retention} + "
+                f"segment.ms={segment} after its timestamp, longer than the dedup retention "
+                f"{retention_ms} ms: a re-read record could run a finished execution again. "
+                f"Set KAFKRON_EXECUTOR_DEDUP_RETENTION_MS >= {needed} or lower the due "
+                "topic's retention.ms / segment.ms."
+            )
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class Progress(Enum):
@@ -55,12 +161,26 @@ class DedupEntry(NamedTuple):
     replay_mark: int  # emitted_at_ms of the REPLAY that began the current attempts, or 0
 
     def encode(self) -> bytes:
-        return _ENTRY.pack(self.progress.value, self.attempt, self.replay_mark)
+        """The previous, unexpiring format: no write time."""
+        # _value_ is .value without the enum property's cost (this runs once per execution)
+        return _ENTRY.pack(self.progress._value_, self.attempt, self.replay_mark)
+
+    def encode_at(self, written_at_ms: int) -> bytes:
+        """The stored form with the wall ms of the commit that writes it."""
+        return _STORED.pack(self.progress._value_, self.attempt, self.replay_mark, written_at_ms)
 
     @classmethod
     def decode(cls, raw: bytes) -> DedupEntry:
-        status, attempt, mark = _ENTRY.unpack(raw)
+        """Either stored form."""
+        if len(raw) != _ENTRY_SIZE and len(raw) != _ENTRY.size:
+            raise ValueError(f"a dedup entry is {_ENTRY.size} or {_ENTRY_SIZE} bytes, not {raw!r}")
+        status, attempt, mark = _ENTRY.unpack_from(raw)
         return cls(Progress(status), attempt, mark)
+
+
+def written_at_ms(raw: bytes) -> int | None:
+    """When the stored entry ``raw`` was written, or None for the previous format."""
+    return _WRITTEN_AT.unpack_from(raw, _ENTRY.size)[0] if len(raw) == _ENTRY_SIZE else None
 
 
 def skip_reason(entry: DedupEntry | None, event: Mapping[str, Any]) -> str | None:
@@ -89,15 +209,63 @@ def entry_after(
     return DedupEntry(progress, int(event["attempt"]), mark)
 
 
-class DedupStore:
-    """The dedup partitions this executor owns, and their writes since the last commit."""
+def index_key(written_at_ms: int, chunk: int) -> bytes:
+    """The time-index key of one chunk of the ids one commit wrote."""
+    return _INDEX_PREFIX + _INDEX_SUFFIX.pack(written_at_ms, chunk)
 
-    def __init__(self, group_id: str, state_dir: Path, changelog_topic: str) -> None:
+
+def _encode_ids(ids: Iterable[bytes]) -> bytes:
+    return b"".join(_ID_LENGTH.pack(len(key)) + key for key in ids)
+
+
+def _decode_ids(raw: bytes) -> list[bytes]:
+    ids, i = [], 0
+    while i < len(raw):
+        (length,) = _ID_LENGTH.unpack_from(raw, i)
+        ids.append(raw[i + 2 : i + 2 + length])
+        i += 2 + length
+    return ids
+
+
+class DedupStore:
+    """The dedup partitions this executor owns, and their writes since the last commit.
+
+    ``retention_ms`` None keeps entries forever (the previous format, unindexed); otherwise
+    entries carry their write time and each commit sweeps expired ones (see the module doc).
+    ``clock_ms`` is the wall clock in ms (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        state_dir: Path,
+        changelog_topic: str,
+        *,
+        retention_ms: int | None = None,
+        sweep_min_ids: int = DEFAULT_SWEEP_MIN_IDS,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        if retention_ms is not None and retention_ms < 1:
+            raise ValueError(f"retention_ms must be >= 1 or None, got {retention_ms}")
         self.store = Store(STORE_NAME, group_id, state_dir, changelog_topic)
-        self._transactions: dict[int, StoreTransaction] = {}
+        self.retention_ms = retention_ms
+        self._sweep_min_ids = sweep_min_ids
+        self._clock_ms = clock_ms
+        self._pending: dict[int, dict[str, DedupEntry]] = {}  # recorded since the last commit
+        self._transactions: dict[int, StoreTransaction] = {}  # between prepare and flush
+        self._written: set[int] = set()  # partitions recorded in since opened: restored
+        self._last_written_at: dict[int, int] = {}
+        self._sweep_cursor: dict[int, tuple[bytes, int]] = {}  # index key, ids done in it
+        self._legacy_cursor: dict[int, bytes] = {}  # next key to check for the old format
+        self._indexed: set[int] = set()  # partitions whose every entry is indexed
 
     def lookup(self, partition: int, execution_id: str) -> DedupEntry | None:
         """The entry of ``execution_id``, including writes not committed yet."""
+        pending = self._pending.get(partition)
+        if pending is not None:
+            entry = pending.get(execution_id)
+            if entry is not None:
+                return entry
         key = execution_id.encode()
         transaction = self._transactions.get(partition)
         raw = (
@@ -108,20 +276,126 @@ class DedupStore:
         return None if raw is None else DedupEntry.decode(raw)
 
     def record(self, partition: int, execution_id: str, entry: DedupEntry) -> None:
-        """Write ``entry`` in the partition's open transaction (begun on first use)."""
-        transaction = self._transactions.get(partition)
-        if transaction is None:
-            transaction = self._transactions[partition] = self.store.partition(partition).begin()
-        transaction.set(execution_id.encode(), entry.encode())
+        """Record ``entry``; it goes to the store and its changelog at the next commit."""
+        pending = self._pending.get(partition)
+        if pending is None:
+            self.store.partition(partition)  # refuses a partition that is not open here
+            pending = self._pending[partition] = {}
+            self._written.add(partition)
+        pending[execution_id] = entry
 
     @property
     def dirty(self) -> bool:
-        return bool(self._transactions)
+        return bool(self._pending) or bool(self._transactions)
 
     def prepare(self, producer: TransactionalProducer) -> None:
-        """Commit step: produce every write to the changelog inside the Kafka transaction."""
+        """Commit step: write the recorded entries, sweep expired ones, produce every change.
+
+        Only partitions recorded in since they were opened are swept: they are restored.
+        """
+        now_ms = self._clock_ms()
+        pending, self._pending = self._pending, {}
+        partitions = self._written if self.retention_ms is not None else set(pending)
+        for partition in sorted(partitions):
+            transaction = self._transactions.get(partition)
+            if transaction is None:
+                transaction = self._transactions[partition] = self.store.partition(
+                    partition
+                ).begin()
+            entries = pending.get(partition, {})
+            if self.retention_ms is None:
+                for execution_id, entry in entries.items():
+                    transaction.set(execution_id.encode(), entry.encode())
+                continue
+            budget = self._sweep_min_ids + 2 * len(entries)
+            budget -= self.sweep(partition, transaction, now_ms - self.retention_ms, budget)
+            self._index_legacy(partition, transaction, entries, budget)
+            self._write_indexed(partition, transaction, entries, now_ms)
         for transaction in self._transactions.values():
             transaction.prepare(producer)
+
+    def sweep(
+        self, partition: int, transaction: StoreTransaction, cutoff_ms: int, budget: int
+    ) -> int:
+        """Delete entries written at or before ``cutoff_ms``, visiting at most ``budget``
+        ids of the time index in write order; returns the ids visited."""
+        if cutoff_ms < 0:
+            return 0
+        end = _INDEX_PREFIX + _INDEX_TIME.pack(cutoff_ms + 1)
+        visited, stored = 0, transaction.store
+        for key, value in transaction.iter_range(_INDEX_PREFIX, end, _SWEEP_SCAN_RECORDS):
+            if visited >= budget:
+                break
+            ids = _decode_ids(value)
+            cursor_key, start = self._sweep_cursor.get(partition, (key, 0))
+            start = start if cursor_key == key else 0
+            stop = min(len(ids), start + budget - visited)
+            for entry_key in ids[start:stop]:
+                # The committed value: this commit's own writes come after the sweep. A
+                # later rewrite is listed again under its own, later time; the previous
+                # format (no time) is indexed separately.
+                raw = stored.get(entry_key)
+                if (
+                    raw is not None
+                    and len(raw) == _ENTRY_SIZE
+                    and _WRITTEN_AT.unpack_from(raw, _ENTRY.size)[0] <= cutoff_ms
+                ):
+                    transaction.delete(entry_key)
+            visited += stop - start
+            if stop < len(ids):
+                self._sweep_cursor[partition] = (key, stop)
+                break
+            transaction.delete(key)
+            self._sweep_cursor.pop(partition, None)
+        return visited
+
+    def _index_legacy(
+        self,
+        partition: int,
+        transaction: StoreTransaction,
+        entries: dict[str, DedupEntry],
+        budget: int,
+    ) -> None:
+        """Rewrite up to ``budget`` entries of the previous format with a write time (now)."""
+        if partition in self._indexed or budget <= 0:
+            return
+        if transaction.get(_FORMAT_KEY) is not None:
+            self._indexed.add(partition)
+            return
+        start = self._legacy_cursor.get(partition, _ENTRIES_START)
+        items = transaction.iter_range(start, _ENTRIES_END, budget)
+        for key, raw in items:
+            if len(raw) == _ENTRY.size:
+                entries.setdefault(key.decode(), DedupEntry.decode(raw))
+        if len(items) < budget:
+            transaction.set(_FORMAT_KEY, _FORMAT_VERSION)
+            self._indexed.add(partition)
+            self._legacy_cursor.pop(partition, None)
+        else:
+            self._legacy_cursor[partition] = items[-1][0] + b"\x00"
+
+    def _write_indexed(
+        self,
+        partition: int,
+        transaction: StoreTransaction,
+        entries: dict[str, DedupEntry],
+        now_ms: int,
+    ) -> None:
+        """Write ``entries`` with one write time and list their ids under it in the index."""
+        if not entries:
+            return
+        written_at = max(now_ms, self._last_written_at.get(partition, now_ms - 1) + 1)
+        while transaction.get(index_key(written_at, 0)) is not None:  # another owner's
+            written_at += 1
+        self._last_written_at[partition] = written_at
+        ids = []
+        for execution_id, entry in entries.items():
+            key = execution_id.encode()
+            transaction.set(key, entry.encode_at(written_at))
+            ids.append(key)
+        for chunk, first in enumerate(range(0, len(ids), _INDEX_CHUNK_IDS)):
+            chunk_ids = ids[first : first + _INDEX_CHUNK_IDS]
+            transaction.set(index_key(written_at, chunk), _encode_ids(chunk_ids))
 
     def flush(self, producer: TransactionalProducer) -> None:
         """After the Kafka commit: write each partition with its delivered changelog offset."""
@@ -138,12 +412,22 @@ class DedupStore:
         for transaction in self._transactions.values():
             transaction.discard()
         self._transactions.clear()
+        self._pending.clear()
+        # Sweep and indexing progress was part of the dropped writes: start them again.
+        self._sweep_cursor.clear()
+        self._legacy_cursor.clear()
+        self._indexed.clear()
 
     def close_partition(self, partition: int) -> None:
         """Close one partition's database (revoked or lost); its open writes must be gone."""
         transaction = self._transactions.pop(partition, None)
         if transaction is not None:
             transaction.discard()
+        self._pending.pop(partition, None)
+        for state in (self._last_written_at, self._sweep_cursor, self._legacy_cursor):
+            state.pop(partition, None)
+        self._written.discard(partition)
+        self._indexed.discard(partition)
         self.store.close_partition(partition)
 
     def close(self) -> None:

@@ -37,6 +37,19 @@ class RetryableError(HandlerError):
         super().__init__(message, retryable=True, retry_after_s=retry_after_s)
 
 
+class SyncHandlersStuckError(RetryableError):
+    """A sync handler was not run: too many handler threads hang past their deadlines."""
+
+    def __init__(self, stuck: int, limit: int, *, retry_after_s: float = 60.0) -> None:
+        super().__init__(
+            f"not run: {stuck} sync handler threads hang past their deadlines (limit {limit}), "
+            "so this executor takes no sync work until some return. Fix the handler that hangs "
+            "(its attempts are TIMED_OUT with 'thread abandoned'), then restart the executor to "
+            "free the threads",
+            retry_after_s=retry_after_s,
+        )
+
+
 class HandlerTimeoutError(HandlerError):
     """The attempt ran past its deadline. Retryable: the next attempt gets a fresh deadline."""
 

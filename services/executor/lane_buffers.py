@@ -5,6 +5,10 @@
 ``capacity`` records asks for its partitions to be paused; it asks for a resume once it is
 down to half. Records fetched before a pause took effect still go in, so the bound is soft
 by at most one consumer batch.
+
+While only one lane holds records, a pick needs no selector: with one lane with work,
+:meth:`LaneSelector.pick` takes it and resets every lane's passes, which is what
+:meth:`LaneSelector.reset` does, once, at the first such pick.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class LaneBuffers:
         self._selector = LaneSelector(max_passes)
         self._buffers: dict[Priority, deque[Message]] = {lane: deque() for lane in LANES}
         self._size = 0
+        self._only: Priority | None = None  # the one lane holding records, when only one does
+        self._passes_clear = True  # every lane's passes are 0 (as after a one-lane pick)
         self._full: set[Priority] = set()
         self._changed = False
 
@@ -44,6 +50,10 @@ class LaneBuffers:
         lane = self._lane_of_topic[message.topic() or ""]
         buffer = self._buffers[lane]
         buffer.append(message)
+        if not self._size:
+            self._only = lane
+        elif lane is not self._only:
+            self._only = None
         self._size += 1
         if len(buffer) >= self._capacity and lane not in self._full:
             self._full.add(lane)
@@ -54,8 +64,17 @@ class LaneBuffers:
         if not self._size:
             return None
         buffers = self._buffers
-        lane = self._selector.pick([lane for lane in LANES if buffers[lane]])
-        assert lane is not None
+        lane = self._only
+        if lane is None:
+            with_work = [lane for lane in LANES if buffers[lane]]
+            lane = self._selector.pick(with_work)
+            assert lane is not None
+            self._passes_clear = len(with_work) == 1
+            if self._passes_clear:
+                self._only = lane
+        elif not self._passes_clear:
+            self._selector.reset()  # what pick([lane]) would do
+            self._passes_clear = True
         buffer = buffers[lane]
         message = buffer.popleft()
         self._size -= 1
@@ -85,6 +104,8 @@ class LaneBuffers:
                 self._full.discard(lane)
                 self._changed = True
         self._size -= dropped
+        with_work = [lane for lane in LANES if self._buffers[lane]]
+        self._only = with_work[0] if len(with_work) == 1 else None
         return dropped
 
     def clear(self) -> None:
@@ -92,6 +113,8 @@ class LaneBuffers:
         for buffer in self._buffers.values():
             buffer.clear()
         self._size = 0
+        self._only = None
         self._changed = self._changed or bool(self._full)
         self._full.clear()
         self._selector.reset()
+        self._passes_clear = True

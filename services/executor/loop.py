@@ -4,8 +4,10 @@
   so the event loop keeps running handlers while it waits. Rebalance callbacks fire on that
   thread and hand their work to the event loop, waiting for it (a revoke waits for runs).
 - **Dispatch.** Records wait in :class:`LaneBuffers` (priority with a starvation bound) and
-  run on :class:`Chains`: a direct ``await`` per record, up to ``max_in_flight`` at once
-  (:class:`RecordRunner` runs one record).
+  run on :class:`Chains`: a plain call per record (:meth:`RecordRunner.start`), and an
+  ``await`` only for a run that must wait, up to ``max_in_flight`` waiting at once; one
+  sweep timer (:class:`Deadlines`) keeps their deadlines. Outputs go to the producer in
+  batches (every loop turn, and before every commit).
 - **Commit** every ``commit_interval_ms`` through :class:`Committer`: results, retries,
   dead letters, dedup changelog and positions (per partition the lowest unfinished offset)
   in one transaction.
@@ -30,6 +32,7 @@ from services.executor.chains import Chains
 from services.executor.clients import open_clients
 from services.executor.commit import CommitAbortedError, Committer
 from services.executor.consuming import Consuming
+from services.executor.deadlines import Deadlines
 from services.executor.handlers import HandlerRegistry
 from services.executor.lane_buffers import LaneBuffers
 from services.executor.lanes import LANES
@@ -87,14 +90,17 @@ class ExecutorLoop:
         self._committer = Committer(
             self._producer, lambda: consuming.group_metadata, self._offsets, clients.dedup
         )
-        self._pool = SyncHandlerPool(self.settings.sync_pool_size)
+        self._pool = SyncHandlerPool(
+            self.settings.sync_pool_size, max_abandoned=self.settings.sync_max_stuck_threads
+        )
+        self._deadlines = Deadlines(self._loop)
         self._runs = RecordRunner(
             worker_id=self.settings.worker_id, names=self._names, codec=self._codec,
             registry=self._registry, pool=self._pool, producer=self._producer,
             dedup=clients.dedup, assignment=self._assignment, offsets=self._offsets,
-            stats=self.stats, request_abort=self._request_abort,
+            stats=self.stats, request_abort=self._request_abort, deadlines=self._deadlines,
         )  # fmt: skip
-        self._chains = Chains(self._buffers, self._runs.execute, self.settings.max_in_flight)
+        self._chains = Chains(self._buffers, self._runs.start, self.settings.max_in_flight)
         bridge = RebalanceBridge(
             self._loop, assigned=self._assigned, revoked=self._revoked, lost=self._lost,
             before_revoke=self._wait_for_runs, consuming=consuming,
@@ -150,6 +156,7 @@ class ExecutorLoop:
                 [t for t, lane in self._lane_of_topic.items() if lane in full]
             )
         spawned = self._chains.dispatch()
+        self._runs.flush_outputs()
         self._producer.poll()
         if time.monotonic() - self._last_commit >= self._interval_s:
             self._commit()
@@ -167,7 +174,8 @@ class ExecutorLoop:
         self._wake.clear()
 
     def _accept(self, messages: list[Message]) -> None:
-        assignment, pending = self._assignment, self._pending_seeks
+        add = self._buffers.add
+        taken: dict[TP, bool] = {}  # per partition, decided at its first record of the batch
         for message in messages:
             error = message.error()
             if error is not None:
@@ -175,13 +183,22 @@ class ExecutorLoop:
                 continue
             tp = (message.topic() or "", message.partition() or 0)
             self.stats.consumed += 1
-            if tp in pending or self._stopping:
-                continue
-            if assignment.token_to_start(tp) is not None:
-                self._rewind.setdefault(tp, message.offset() or 0)
-                self._buffers.add(message)
-            elif assignment.restoring(tp):
-                pending[tp] = message.offset() or 0  # read again once its dedup is restored
+            take = taken.get(tp)
+            if take is None:
+                take = taken[tp] = self._takes(tp, message.offset() or 0)
+            if take:
+                add(message)
+
+    def _takes(self, tp: TP, offset: int) -> bool:
+        """Whether records of ``tp`` at ``offset`` (and after, in this batch) are buffered."""
+        if tp in self._pending_seeks or self._stopping:
+            return False
+        if self._assignment.token_to_start(tp) is not None:
+            self._rewind.setdefault(tp, offset)
+            return True
+        if self._assignment.restoring(tp):
+            self._pending_seeks[tp] = offset  # read again once its dedup is restored
+        return False
 
     def _queue_seeks(self) -> None:
         """Rewind partitions; messages of theirs consumed before were dropped in _accept."""
@@ -194,7 +211,8 @@ class ExecutorLoop:
         self._wake.set()
 
     def _commit(self) -> None:
-        self._last_commit = time.monotonic()
+        began = self._last_commit = time.monotonic()
+        self._runs.flush_outputs()
         if self._abort_reason is not None:  # a produce failed: the transaction lacks records
             self._abort(self._abort_reason)
             return
@@ -205,6 +223,8 @@ class ExecutorLoop:
             log.warning("%s; rewinding to the last commit, runs since then run again", exc)
             self._reset()
             return
+        finally:
+            self.stats.commit_s += time.monotonic() - began
         if committed is not None:
             self.stats.commits += 1
             self._rewind.update(committed)
@@ -220,6 +240,7 @@ class ExecutorLoop:
 
     def _reset(self) -> None:
         """After an abort: cancel every run, forget positions, rewind every owned partition."""
+        self._runs.drop_outputs()
         self._chains.cancel_all()
         self._buffers.clear()
         for tp in self._runs.active:
@@ -247,6 +268,7 @@ class ExecutorLoop:
     def _revoked(self, tps: list[TP]) -> None:
         try:
             if self._failed:
+                self._runs.drop_outputs()
                 self._committer.abort()
             else:
                 self._commit()
@@ -284,6 +306,7 @@ class ExecutorLoop:
     async def _close(self, consume: ConsumeFuture | None) -> None:
         self._chains.cancel_all()
         await self._chains.wait_all()
+        self._deadlines.close()
         if consume is not None:
             await asyncio.wait([consume])
         try:

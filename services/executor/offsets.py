@@ -28,12 +28,30 @@ class PartitionOffsets:
 
     def started(self, offset: int) -> None:
         """Record that the event at ``offset`` began; offsets must increase."""
-        if self._highest_started is not None and offset <= self._highest_started:
+        self.passed(offset)
+        self._order.append(offset)
+        self._running.add(offset)
+
+    def passed(self, offset: int) -> None:
+        """Record the event at ``offset`` as started and finished at once; offsets must increase.
+
+        The cheap path of an event done without waiting (skipped, or run to its end). If it
+        must wait after all, :meth:`hold` it before anything else is passed or started.
+        """
+        highest = self._highest_started
+        if highest is not None and offset <= highest:
             raise ValueError(
-                f"offset {offset} started after {self._highest_started}: offsets of a partition "
+                f"offset {offset} started after {highest}: offsets of a partition "
                 "must be started in increasing order (seek back? call reset() first)"
             )
         self._highest_started = offset
+
+    def hold(self, offset: int) -> None:
+        """Turn the offset just passed into a running one, to be :meth:`finished` later."""
+        if offset != self._highest_started or offset in self._running:
+            raise ValueError(
+                f"offset {offset} is not the one passed last ({self._highest_started})"
+            )
         self._order.append(offset)
         self._running.add(offset)
 

@@ -83,11 +83,34 @@ def _timed_out(message: str, started_ms: int) -> RunOutcome:
     return RunOutcome(RunStatus.TIMED_OUT, message, True, None, started_ms, _now_ms())
 
 
+def error_outcome(exc: Exception, started_ms: int) -> RunOutcome:
+    """The outcome of a handler that raised ``exc``: TIMED_OUT for its own timeout, else FAILED."""
+    if isinstance(exc, HandlerTimeoutError):
+        return _timed_out(_describe(exc), started_ms)
+    return failed_outcome(exc, started_ms)
+
+
+def deadline_outcome(name: str, timeout_s: float, note: str, started_ms: int) -> RunOutcome:
+    """TIMED_OUT at our deadline; ``note`` says what became of a sync handler's thread."""
+    message = f"{name} did not finish within {timeout_s}s"
+    return _timed_out(f"{message}; {note}" if note else message, started_ms)
+
+
+def no_time_outcome(name: str, timeout_s: float, started_ms: int) -> RunOutcome:
+    """TIMED_OUT without running: the attempt had no time left."""
+    return _timed_out(f"no time left to run {name} (timeout {timeout_s}s)", started_ms)
+
+
+def cancel_note(exc: BaseException) -> str:
+    """The note a CancelledError carries (the sync pool's, about its thread), or ''."""
+    return exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
+
+
 class _DeadlineExpiredError(Exception):
     """Our deadline (not a TimeoutError of the handler's own) ended the run."""
 
 
-class _Resume:
+class Resume:
     """Continues a coroutine whose first step already ran, exactly as ``await coro`` would."""
 
     __slots__ = ("_coro", "_yielded")
@@ -126,7 +149,7 @@ async def _await_until(awaitable: Awaitable[Any], timeout_s: float) -> None:
         if not deadline.expired():
             raise
         cause = exc.__context__
-        note = cause.args[0] if isinstance(cause, asyncio.CancelledError) and cause.args else ""
+        note = cancel_note(cause) if isinstance(cause, asyncio.CancelledError) else ""
         raise _DeadlineExpiredError(note) from None
 
 
@@ -145,7 +168,7 @@ async def _run_async(handler: RegisteredHandler, ctx: HandlerContext, timeout_s:
         yielded = coro.send(None)
     except StopIteration:
         return
-    await _await_until(_Resume(coro, yielded), timeout_s - (time.monotonic() - t0))
+    await _await_until(Resume(coro, yielded), timeout_s - (time.monotonic() - t0))
 
 
 async def run_handler(
@@ -162,20 +185,21 @@ async def run_handler(
     ``sync_pool``; at the deadline they are reported TIMED_OUT and their thread abandoned
     (see :mod:`services.executor.sync_pool`). Waiting for a free thread counts against the
     deadline. Cancelling the calling task still propagates ``CancelledError``.
+
+    The executor's loop does the same through :meth:`RecordRunner.start
+    <services.executor.runs.RecordRunner.start>`, with one sweep timer for every run's
+    deadline (:mod:`services.executor.deadlines`) instead of an ``asyncio.timeout`` each.
     """
     started_ms = _now_ms()
     if timeout_s <= 0:
-        return _timed_out(f"no time left to run {handler.name} (timeout {timeout_s}s)", started_ms)
+        return no_time_outcome(handler.name, timeout_s, started_ms)
     try:
         if handler.is_async:
             await _run_async(handler, ctx, timeout_s)
         else:
             await _await_until(sync_pool.run(handler.fn, ctx), timeout_s)
     except _DeadlineExpiredError as exc:
-        message = f"{handler.name} did not finish within {timeout_s}s"
-        return _timed_out(f"{message}; {exc}" if str(exc) else message, started_ms)
-    except HandlerTimeoutError as exc:
-        return _timed_out(_describe(exc), started_ms)
+        return deadline_outcome(handler.name, timeout_s, str(exc), started_ms)
     except Exception as exc:
-        return failed_outcome(exc, started_ms)
+        return error_outcome(exc, started_ms)
     return RunOutcome(RunStatus.SUCCEEDED, None, False, None, started_ms, _now_ms())

@@ -1,8 +1,15 @@
-"""One due record's way through the executor: decode, dedup, run, record the outcome.
+"""One due record's way through the executor: read, dedup, run, record the outcome.
 
 Everything a run produces (STARTED, its result, a retry or a dead letter, its dedup entry)
 goes into the open Kafka transaction and its offset is marked finished, so the next commit
 carries all of it or none of it.
+
+:meth:`RecordRunner.start` takes a record as far as it goes without waiting: a skipped or
+undecodable record, and a run whose handler returns without suspending (an ``async def``
+that never awaits), are done when it returns, at the cost of a few calls. A run that must
+wait (its coroutine suspended, or a sync handler on the thread pool) comes back as a
+coroutine for the caller to await on its task; its deadline is kept by
+:class:`~services.executor.deadlines.Deadlines`, not by a timer of its own.
 """
 
 from __future__ import annotations
@@ -10,20 +17,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
+from typing import Any, cast
 
 from confluent_kafka import Message
 
-from services.executor.assignment import TP, Assignment
+from services.executor.assignment import TP, Assignment, Token
 from services.executor.context import HandlerContext
+from services.executor.deadlines import Deadlines
 from services.executor.dedup import DedupEntry, DedupStore, Progress, entry_after, skip_reason
-from services.executor.exceptions import HandlerNotFoundError
-from services.executor.handlers import HandlerRegistry
+from services.executor.due_view import DueEventMapping, DueReader, DueView
+from services.executor.exceptions import HandlerNotFoundError, SyncHandlersStuckError
+from services.executor.handlers import HandlerRegistry, RegisteredHandler
 from services.executor.offsets import OffsetTracker
 from services.executor.outcomes import attempt_outputs, started_result, undecodable_dead_letter
-from services.executor.result_bytes import ResultEncoder
-from services.executor.runner import RunOutcome, failed_outcome, run_handler
+from services.executor.result_bytes import AvroClock, ResultEncoder
+from services.executor.runner import (
+    Resume,
+    RunOutcome,
+    RunStatus,
+    cancel_note,
+    deadline_outcome,
+    error_outcome,
+    failed_outcome,
+    no_time_outcome,
+)
 from services.executor.stats import ExecutorStats
 from services.executor.sync_pool import SyncHandlerPool
 from streams.codec import Codec, RecordKind
@@ -34,13 +53,39 @@ from streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
 
+_OUTPUT_BATCH = 1000
+RunTask = asyncio.Task[Any]
+Rest = Coroutine[Any, Any, None]
+"""The part of a run that waits; await it on the task given to :meth:`RecordRunner.start`."""
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _Run:
+    """What the waiting part of a run needs to finish it."""
+
+    __slots__ = ("handler", "offset", "previous", "started", "started_ms", "token", "tp", "view")
+
+    def __init__(
+        self,
+        view: DueView,
+        handler: RegisteredHandler,
+        tp: TP,
+        offset: int,
+        token: Token,
+        previous: DedupEntry | None,
+        started: bytes,
+        started_ms: int,
+    ) -> None:
+        self.view, self.handler, self.tp, self.offset = view, handler, tp, offset
+        self.token, self.previous = token, previous
+        self.started, self.started_ms = started, started_ms
+
+
 class RecordRunner:
-    """Runs due records of owned partitions; tracks which runs are in progress where."""
+    """Runs due records of owned partitions; tracks which runs are waiting where."""
 
     def __init__(
         self,
@@ -56,17 +101,31 @@ class RecordRunner:
         offsets: OffsetTracker[TP],
         stats: ExecutorStats,
         request_abort: Callable[[str], None],
+        deadlines: Deadlines,
     ) -> None:
         self._worker_id = worker_id
         self._results, self._retry, self._dlq = names.job_results, names.retry, names.dlq
         self._codec, self._registry, self._pool = codec, registry, pool
         self._producer, self._dedup = producer, dedup
-        self._result_bytes = ResultEncoder(codec)
+        self._reader = DueReader(codec)
+        self._result_bytes = ResultEncoder(codec, worker_id)
+        self._spliced = self._result_bytes.spliced
+        self._clock = AvroClock()
+        self._handlers: dict[bytes, RegisteredHandler] = {}
+        self._sync_healthy = True
         self._assignment, self._offsets, self._stats = assignment, offsets, stats
         self._request_abort = request_abort
-        self.running: dict[TP, dict[int, asyncio.Task[Any]]] = {}
+        self._deadlines = deadlines
+        # Outputs of runs not yet handed to the producer: one produce_many per batch.
+        self._outputs: list[tuple[str, bytes | None, bytes | None]] = []
+        self.running: dict[TP, dict[int, RunTask]] = {}
         self._running_ids: set[str] = set()
         self.active: set[TP] = set()  # partitions with runs since their (re)assignment
+
+    @property
+    def waiting(self) -> int:
+        """Runs waiting for their handler (suspended, or on a handler thread)."""
+        return len(self._running_ids)
 
     async def wait(self, tps: list[TP], timeout_s: float) -> None:
         """Until no run of ``tps`` is in progress, at most ``timeout_s``."""
@@ -74,59 +133,82 @@ class RecordRunner:
         while any(self.running.get(tp) for tp in tps) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
-    async def execute(self, message: Message, task: asyncio.Task[Any]) -> None:
-        """Run one due record (or skip, or dead-letter it) and record what it produced."""
+    def start(self, message: Message, task: RunTask) -> Rest | None:
+        """Run one due record (or skip, or dead-letter it) as far as it goes without waiting.
+
+        Returns None when the record is done, else the waiting rest of its run, to be
+        awaited on ``task`` (which a deadline or a revoke cancels).
+        """
         tp = (message.topic() or "", message.partition() or 0)
-        offset = message.offset() or 0
         token = self._assignment.token_to_start(tp)
         if token is None:
-            return  # released or rewound since it was buffered: read again by the owner
+            return None  # released or rewound since it was buffered: read again by the owner
+        offset = message.offset() or 0
+        offsets = self._offsets.partition(tp)
         try:
-            self._offsets.started(tp, offset)
+            offsets.passed(offset)
         except ValueError as exc:  # the consumer went back without a rewind of ours
             self._request_abort(f"{tp[0]}[{tp[1]}] went back: {exc}")
-            return
+            return None
         self.active.add(tp)
         value = message.value()
         try:
             if value is None:
                 raise DecodeError("a null value (tombstone) on a due topic")
-            event = self._codec.decode(RecordKind.DUE_EVENT, value)
+            view = self._reader.read(value)
         except DecodeError as exc:
             self._undecodable(tp, offset, message.key(), value, str(exc))
-            return
-        execution_id: str = event["execution_id"]
+            return None
+        execution_id = view.execution_id
         previous = self._dedup.lookup(tp[1], execution_id)
-        reason = skip_reason(previous, event)
-        if reason is None and execution_id in self._running_ids:
-            reason = "the same execution is running here"
-        if reason is not None:
-            self._stats.skipped += 1
-            log.debug("skipping %s attempt %s: %s", execution_id, event["attempt"], reason)
-            self._offsets.finished(tp, offset)
-            return
+        if (previous is not None or execution_id in self._running_ids) and self._skipped(
+            view, previous
+        ):
+            return None
         try:
-            handler = self._registry.resolve(event["handler"])
+            handler = self._handler(view.handler)
         except HandlerNotFoundError as exc:
-            self._complete(event, failed_outcome(exc), tp, offset, previous)
-            return
-        key = event["job_id"].encode()
-        started = started_result(event, self._worker_id, now_ms())
-        self._produce(self._results, key, self._result_bytes.encode(started))
+            self._complete(view, failed_outcome(exc), tp, previous)
+            return None
+        if not (handler.is_async or self._sync_pool_healthy()):
+            stuck = SyncHandlersStuckError(self._pool.abandoned_threads, self._pool.max_abandoned)
+            self._stats.sync_refused += 1
+            self._complete(view, failed_outcome(stuck), tp, previous)
+            return None
+        started = self._clock.now()
+        started_ms = self._clock.ms
+        self._produce(self._results, view.key, self._started_bytes(view, started))
         self._stats.started += 1
-        ctx = HandlerContext.from_due_event(event, worker_id=self._worker_id)
-        running = self.running.setdefault(tp, {})
-        running[offset] = task
-        self._running_ids.add(execution_id)
-        try:
-            outcome = await run_handler(handler, ctx, event["timeout_ms"] / 1000, self._pool)
-        finally:
-            running.pop(offset, None)
-            self._running_ids.discard(execution_id)
-        if self._assignment.is_current(tp, token):
-            self._complete(event, outcome, tp, offset, previous)
+        if view.timeout_ms <= 0:
+            outcome = no_time_outcome(handler.name, view.timeout_ms / 1000, started_ms)
+            self._complete(view, outcome, tp, previous)
+            return None
+        ctx = HandlerContext.of_run(
+            execution_id, view.job_id, handler.name, view.scheduled_for_ms, view.attempt,
+            view.payload, view.priority, self._worker_id, view.timeout_ms, time.monotonic(),
+            started_ms,
+        )  # fmt: skip
+        rest: Awaitable[Any] | None
+        if handler.is_async:
+            try:
+                rest = handler.fn(ctx)
+                if type(rest) is CoroutineType:
+                    # Step it once without a timer: most short handlers end here.
+                    coro = cast(Coroutine[Any, Any, Any], rest)
+                    rest = Resume(coro, coro.send(None))
+            except StopIteration:
+                rest = None
+            except Exception as exc:
+                self._complete(view, error_outcome(exc, started_ms), tp, previous)
+                return None
         else:
-            self._stats.dropped += 1
+            rest = self._pool.run(handler.fn, ctx)
+        if rest is None:
+            self._succeeded(view, started, started_ms, tp, previous)
+            return None
+        offsets.hold(offset)
+        run = _Run(view, handler, tp, offset, token, previous, started, started_ms)
+        return self._wait(run, rest, task, ctx.deadline_monotonic_s)
 
     def cancel(self, tp: TP) -> None:
         """Cancel the runs of ``tp`` (released): their outcomes are never produced."""
@@ -134,36 +216,112 @@ class RecordRunner:
             task.cancel()
             self._stats.dropped += 1
 
-    def _complete(
-        self,
-        event: dict[str, Any],
-        outcome: RunOutcome,
-        tp: TP,
-        offset: int,
-        previous: DedupEntry | None,
+    async def _wait(self, run: _Run, rest: Awaitable[Any], task: RunTask, deadline: float) -> None:
+        tp, offset, execution_id = run.tp, run.offset, run.view.execution_id
+        running = self.running.setdefault(tp, {})
+        running[offset] = task
+        self._running_ids.add(execution_id)
+        ticket = self._deadlines.add(task, deadline)
+        outcome: RunOutcome | None = None
+        try:
+            await rest
+        except asyncio.CancelledError as exc:
+            if not self._deadlines.finish(task, ticket):
+                raise  # released or stopping: the run is dropped
+            timeout_s, note = run.view.timeout_ms / 1000, cancel_note(exc)
+            outcome = deadline_outcome(run.handler.name, timeout_s, note, run.started_ms)
+        except Exception as exc:
+            self._deadlines.finish(task, ticket)
+            outcome = error_outcome(exc, run.started_ms)
+        else:
+            self._deadlines.finish(task, ticket)
+        finally:
+            running.pop(offset, None)
+            self._running_ids.discard(execution_id)
+        if not self._assignment.is_current(tp, run.token):
+            self._stats.dropped += 1
+            return
+        if outcome is None:
+            self._succeeded(run.view, run.started, run.started_ms, tp, run.previous)
+        else:
+            self._complete(run.view, outcome, tp, run.previous)
+        self._offsets.finished(tp, offset)
+
+    def _skipped(self, view: DueView, previous: DedupEntry | None) -> bool:
+        reason = skip_reason(previous, DueEventMapping(view, self._reader))
+        if reason is None and view.execution_id in self._running_ids:
+            reason = "the same execution is running here"
+        if reason is None:
+            return False
+        self._stats.skipped += 1
+        log.debug("skipping %s attempt %s: %s", view.execution_id, view.attempt, reason)
+        return True
+
+    def _sync_pool_healthy(self) -> bool:
+        """Whether sync handlers may run; says so in the log when that changes."""
+        healthy = self._pool.healthy
+        if healthy is not self._sync_healthy:
+            self._sync_healthy = healthy
+            if healthy:
+                log.warning("sync handler threads returned: %s takes sync work again",
+                            self._worker_id)  # fmt: skip
+            else:
+                log.error(
+                    "%s takes no sync work: %d sync handler threads hang past their deadlines "
+                    "(limit %d); fix the handler that hangs, then restart the executor",
+                    self._worker_id, self._pool.abandoned_threads, self._pool.max_abandoned,
+                )  # fmt: skip
+        return healthy
+
+    def _handler(self, name: bytes) -> RegisteredHandler:
+        handler = self._handlers.get(name)
+        if handler is None:
+            handler = self._handlers[name] = self._registry.resolve(name.decode())
+        return handler
+
+    def _started_bytes(self, view: DueView, started: bytes) -> bytes:
+        if self._spliced:
+            return self._result_bytes.started(view, started)
+        record = started_result(self._reader.record(view), self._worker_id, self._clock.ms)
+        return self._result_bytes.encode(record)
+
+    def _succeeded(
+        self, view: DueView, started: bytes, started_ms: int, tp: TP, previous: DedupEntry | None
     ) -> None:
-        """Produce the attempt's result (and retry or dead letter), record it in dedup.
+        """Produce the SUCCEEDED result and record it in dedup."""
+        if not self._spliced:
+            outcome = RunOutcome(RunStatus.SUCCEEDED, None, False, None, started_ms, now_ms())
+            self._complete(view, outcome, tp, previous)
+            return
+        now = self._clock.now()
+        self._produce(self._results, view.key, self._result_bytes.succeeded(view, started, now))
+        self._stats.succeeded += 1
+        entry = entry_after(DueEventMapping(view, self._reader), Progress.SUCCEEDED, previous)
+        self._dedup.record(tp[1], view.execution_id, entry)
+
+    def _complete(
+        self, view: DueView, outcome: RunOutcome, tp: TP, previous: DedupEntry | None
+    ) -> None:
+        """Produce a failed attempt's result and retry or dead letter; record it in dedup.
 
         ``previous`` is the dedup entry read before the run: only this executor writes the
         partition's entries, and a second run of the execution never starts meanwhile.
         """
+        event = self._reader.record(view)
         outputs = attempt_outputs(event, outcome, self._worker_id, now_ms())
-        key = event["job_id"].encode()
-        self._produce(self._results, key, self._result_bytes.encode(outputs.result))
+        self._produce(self._results, view.key, self._result_bytes.encode(outputs.result))
         if outputs.retry_request is not None:
             retry = self._encode(RecordKind.RETRY_REQUEST, outputs.retry_request)
-            self._produce(self._retry, key, retry)
+            self._produce(self._retry, view.key, retry)
             progress = Progress.RETRY_SCHEDULED
         elif outputs.dead_letter is not None:
             dead_letter = self._encode(RecordKind.DEAD_LETTER, outputs.dead_letter)
-            self._produce(self._dlq, key, dead_letter)
+            self._produce(self._dlq, view.key, dead_letter)
             progress = Progress.DEAD_LETTER
         else:
             progress = Progress.SUCCEEDED
         self._stats.count(progress)
-        execution_id = event["execution_id"]
-        self._dedup.record(tp[1], execution_id, entry_after(event, progress, previous))
-        self._offsets.finished(tp, offset)
+        self._dedup.record(tp[1], view.execution_id, entry_after(event, progress, previous))
 
     def _undecodable(
         self, tp: TP, offset: int, key: bytes | None, value: bytes | None, reason: str
@@ -172,13 +330,26 @@ class RecordRunner:
         record = undecodable_dead_letter(reason, *tp, offset, key, value, now_ms())
         self._produce(self._dlq, None, self._encode(RecordKind.DEAD_LETTER, record))
         self._stats.undecodable += 1
-        self._offsets.finished(tp, offset)
 
     def _encode(self, kind: RecordKind, record: dict[str, Any]) -> bytes:
         return self._codec.encode(kind, record)
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def flush_outputs(self) -> None:
+        """Hand the outputs of the runs so far to the producer (before every commit)."""
+        outputs, self._outputs = self._outputs, []
+        if not outputs:
+            return
         try:
-            self._producer.produce(topic, key, value)
+            self._producer.produce_many(outputs)
         except (KafkaOperationError, BufferError) as exc:
-            self._request_abort(f"produce to {topic} failed: {exc}")
+            self._request_abort(f"produce failed: {exc}")
+
+    def drop_outputs(self) -> None:
+        """Forget the outputs not handed over yet (the transaction is aborted)."""
+        self._outputs.clear()
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        outputs = self._outputs
+        outputs.append((topic, key, value))
+        if len(outputs) >= _OUTPUT_BATCH:
+            self.flush_outputs()

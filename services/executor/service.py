@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 
 from services.executor.handlers import HandlerRegistry
 from services.executor.loop import ExecutorLoop
 from services.executor.settings import ExecutorSettings
 from services.executor.stats import ExecutorStats
 from streams.codec import Codec
+from streams.exceptions import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -64,4 +66,22 @@ async def serve(
 
 def run(settings: ExecutorSettings, stop_event: threading.Event) -> ExecutorStats:
     """Run one executor process until ``stop_event`` is set; raises what stopped it otherwise."""
-    return asyncio.run(serve(settings, stop_event))
+    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+        return runner.run(serve(settings, stop_event))
+
+
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop factory for ``choice`` ("auto", "asyncio" or "uvloop"); None: asyncio's."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop  # optional: only where it is installed
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigurationError(
+                "event_loop is 'uvloop' but uvloop is not installed: install it, or set "
+                "KAFKRON_EXECUTOR_EVENT_LOOP=asyncio"
+            ) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory

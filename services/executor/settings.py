@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.executor.dedup import DEFAULT_RETENTION_MS as DEFAULT_DEDUP_RETENTION_MS
 from services.executor.lanes import DEFAULT_MAX_PASSES, MIN_MAX_PASSES
 from streams.settings import KafkaSettings
 from streams.topics import Priority
@@ -43,10 +45,21 @@ class ExecutorSettings(BaseSettings):
     # stable one (executor-0, executor-1, ...): a restart then aborts its predecessor's
     # open transaction at once instead of after transaction_timeout_ms.
     worker_id: str = Field(default_factory=_default_worker_id, min_length=1)
-    # Runs at once. Size it as handler latency x wanted rate x 2-3 (100 ms x 20K/s -> 5000).
-    max_in_flight: int = Field(default=1000, ge=1)
+    # Runs waiting for their handler at once (one that returns without suspending holds
+    # none). Size it as handler latency x wanted rate x 2-3: the default carries 100 ms
+    # handlers at 15K/s with room; more costs CPU per run (the event loop's timer heap).
+    max_in_flight: int = Field(default=3000, ge=1)
+    # The event loop of ``python -m services.executor.main``: "auto" picks uvloop when
+    # installed (its timers and callbacks cost less per waiting run; embedders of ``serve``
+    # bring their own loop).
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     # Threads for sync (``def``) handlers; async handlers run on the event loop.
     sync_pool_size: int = Field(default=16, ge=1)
+    # A sync handler past its deadline is reported TIMED_OUT and its thread abandoned (it
+    # cannot be killed). Once this many abandoned threads still hang, the executor takes no
+    # sync work (those attempts fail, retryable, saying why) until some return; restart it
+    # to free them. None: 4 x sync_pool_size.
+    sync_max_stuck_threads: int | None = Field(default=None, ge=1)
     # Results, retries, dead letters and offsets commit in one transaction this often.
     commit_interval_ms: int = Field(default=500, ge=10)
     consume_batch_size: int = Field(default=2000, ge=1)
@@ -74,6 +87,12 @@ class ExecutorSettings(BaseSettings):
     session_timeout_ms: int = Field(default=6_000, ge=1000)
     heartbeat_interval_ms: int = Field(default=1_000, ge=100)
     configure_group: bool = True
+    # Dedup entries are kept at least this long after the commit that wrote them, then
+    # swept (bounded, at commits). It must outlive every due record: a due topic's
+    # retention.ms + segment.ms + 1 h (checked against the broker's topic configs at
+    # start-up). The default fits due topics on Kafka's defaults (7 d + 7 d + 1 h); lower
+    # the due topics' retention.ms / segment.ms to shrink the store.
+    dedup_retention_ms: int = Field(default=DEFAULT_DEDUP_RETENTION_MS, ge=60_000)
     # group.instance.id = worker_id: a restart within the session keeps its partitions.
     static_membership: bool = False
 

@@ -18,9 +18,11 @@ class ExecutorStats:
     dead_lettered: int = 0
     skipped: int = 0  # already done (dedup) or running here already
     undecodable: int = 0
+    sync_refused: int = 0  # sync attempts not run: too many handler threads hang
     dropped: int = 0  # runs whose partition was released or whose transaction aborted
     commits: int = 0
     aborts: int = 0
+    commit_s: float = 0.0  # the event loop's time blocked in commits (flush + commit)
 
     def count(self, progress: Progress) -> None:
         """Count one finished attempt."""
@@ -32,4 +34,7 @@ class ExecutorStats:
             self.retries_scheduled += 1
 
     def summary(self) -> str:
-        return ", ".join(f"{name} {value}" for name, value in asdict(self).items())
+        return ", ".join(
+            f"{name} {value:.3f}" if isinstance(value, float) else f"{name} {value}"
+            for name, value in asdict(self).items()
+        )

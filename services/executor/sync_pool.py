@@ -8,7 +8,8 @@ stuck handler never holds up other runs beyond its own timeout. To keep a handle
 always hangs from growing threads without bound, at most ``max_abandoned`` threads are
 abandoned at once; past that, a newly abandoned thread keeps its slot until it returns
 (capacity shrinks rather than threads grow) and :attr:`SyncHandlerPool.healthy` is False,
-a signal to restart the executor. Threads are daemons, so stuck ones never block exit.
+a signal to restart the executor: it then takes no sync work until some return (see
+:mod:`services.executor.runs`). Threads are daemons, so stuck ones never block exit.
 """
 
 from __future__ import annotations

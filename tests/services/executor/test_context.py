@@ -55,3 +55,18 @@ def test_from_due_event_reads_the_avro_record() -> None:
     assert ctx.worker_id == "w1"
     assert ctx.deadline_monotonic_s == 11.5
     assert ctx.deadline_epoch_ms == 2_500
+
+
+def test_the_hot_path_constructor_sets_every_field_as_the_dataclass_does() -> None:
+    fast = HandlerContext.of_run(
+        "j@5", "j", "reports.nightly", 5, 2, b"\x00", Priority.LOW, "w1", 1500, 10.0, 1_000
+    )
+    slow = new_ctx(
+        execution_id="j@5", job_id="j", handler="reports.nightly", scheduled_for_ms=5,
+        attempt=2, payload=b"\x00", priority=Priority.LOW, worker_id="w1", timeout_s=1.5,
+        now_monotonic_s=10.0, now_epoch_ms=1_000,
+    )  # fmt: skip
+    assert fast == slow
+    assert dataclasses.asdict(fast) == dataclasses.asdict(slow)  # every slot set
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.attempt = 3  # type: ignore[misc]

@@ -3,9 +3,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.executor.lane_buffers import LaneBuffers
 from services.executor.lanes import DEFAULT_MAX_PASSES, LANES, MIN_MAX_PASSES, LaneSelector
 from streams.topics import Priority
 
@@ -97,3 +99,90 @@ def test_reset_forgets_waiting() -> None:
 def test_a_bound_below_lanes_minus_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 2"):
         LaneSelector({NORMAL: 1})
+
+
+class ReferenceBuffers:
+    """LaneBuffers as first written: a selector pick for every record taken."""
+
+    def __init__(self, max_passes: dict[Priority, int]) -> None:
+        self.selector = LaneSelector(max_passes)
+        self.lanes: dict[Priority, list[tuple[int, int]]] = {lane: [] for lane in LANES}
+
+    def take(self) -> tuple[int, int] | None:
+        lane = self.selector.pick([lane for lane in LANES if self.lanes[lane]])
+        return None if lane is None else self.lanes[lane].pop(0)
+
+    def discard(self, partitions: set[int]) -> None:
+        for lane in LANES:
+            self.lanes[lane] = [r for r in self.lanes[lane] if r[0] not in partitions]
+
+
+# ("add", lane index, partition), ("take", n), ("discard", partition), ("clear", 0)
+buffer_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 1)),
+        st.tuples(st.just("take"), st.integers(1, 5), st.just(0)),
+        st.tuples(st.just("discard"), st.integers(0, 1), st.just(0)),
+        st.tuples(st.just("clear"), st.just(0), st.just(0)),
+    ),
+    max_size=300,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(max_passes=bounds, ops=buffer_ops)
+def test_lane_buffers_take_exactly_what_a_pick_per_record_takes(
+    max_passes: dict[Priority, int], ops: list[tuple[str, int, int]]
+) -> None:
+    """The one-lane shortcut (no selector call) never changes which record comes next."""
+    topics = {f"due.{lane.value.lower()}": lane for lane in LANES}
+    names = {lane: topic for topic, lane in topics.items()}
+    buffers, reference = LaneBuffers(topics, 10**6, max_passes), ReferenceBuffers(max_passes)
+    serial = 0
+    for op, a, b in ops:
+        if op == "add":
+            serial += 1
+            lane = LANES[a]
+            buffers.add(Message(topic=names[lane], partition=b, offset=serial))
+            reference.lanes[lane].append((b, serial))
+        elif op == "take":
+            for _ in range(a):
+                message = buffers.take()
+                got = None if message is None else (message.partition(), message.offset())
+                assert got == reference.take()
+        elif op == "discard":
+            buffers.discard([(topic, a) for topic in topics])
+            reference.discard({a})
+        else:
+            buffers.clear()
+            reference = ReferenceBuffers(max_passes)
+        assert len(buffers) == sum(len(r) for r in reference.lanes.values())
+
+
+def test_passes_left_by_a_discard_still_count_after_a_one_lane_spell() -> None:
+    """Emptied by a revoke, the buffers keep the passes a real pick would still see."""
+    topics = {"h": HIGH, "n": NORMAL, "l": LOW}
+    bounds = {HIGH: 2, NORMAL: 4, LOW: 32}
+    buffers, reference = LaneBuffers(topics, 100, bounds), ReferenceBuffers(bounds)
+
+    def add(topic: str, partition: int, offset: int) -> None:
+        buffers.add(Message(topic=topic, partition=partition, offset=offset))
+        reference.lanes[topics[topic]].append((partition, offset))
+
+    def take(n: int) -> list[tuple[int | None, int | None]]:
+        taken = [buffers.take() for _ in range(n)]
+        got = [(m.partition(), m.offset()) for m in taken if m is not None]
+        expected: list[tuple[int | None, int | None]] = []
+        expected.extend(r for r in (reference.take() for _ in range(n)) if r is not None)
+        assert got == expected
+        return got
+
+    for offset in range(10):
+        add("h", 0, offset)
+    add("n", 1, 100)
+    assert take(3) == [(0, 0), (0, 1), (0, 2)]  # NORMAL passed over 3 times: now overdue
+    buffers.discard([("h", 0), ("n", 1)])
+    reference.discard({0, 1})
+    add("h", 2, 200)  # one lane holds records ...
+    add("n", 2, 201)  # ... then two: NORMAL's passes still count
+    assert take(2) == [(2, 201), (2, 200)]

@@ -472,3 +472,80 @@ def test_kafka_route_produces_inside_the_executors_transaction(
         executor.stop()
     assert [(m.key(), m.value()) for m in messages] == [(event["execution_id"].encode(), b"hello")]
     assert by_status(reader.results(), event["execution_id"])[-1] == (1, "SUCCEEDED")
+
+
+def test_stuck_sync_handlers_are_timed_out_then_sync_work_stops_until_they_return(
+    topics: KafkaSettings, reader: TopicReader, calls: Calls
+) -> None:
+    """A hanging sync handler never blocks the executor beyond its timeout; once
+    ``sync_max_stuck_threads`` hang, sync attempts fail at once (retryable, saying why)
+    while async ones run on; when the threads return, sync work resumes."""
+    release = threading.Event()
+    ran: list[str] = []
+
+    def hang(ctx: HandlerContext) -> None:
+        release.wait(60)
+
+    executor = start_executor(topics, calls, sync_pool_size=2, sync_max_stuck_threads=2)
+    executor.registry.register("tests.hang", hang)
+    executor.registry.register("tests.sync", lambda ctx: ran.append(ctx.execution_id))
+    try:
+        hung = [due_event(f"hang-{i}", handler="tests.hang", timeout_ms=300, max_attempts=1)
+                for i in range(2)]  # fmt: skip
+        began = time.monotonic()
+        produce_due(topics, hung)
+        reader.wait_for(lambda r: len(finals(r.results())) == 2, 30, "two dead hung runs")
+        assert time.monotonic() - began < 15
+        assert not executor.loop._pool.healthy  # two threads hang: the limit
+        refused = due_event("sync-refused", handler="tests.sync", max_attempts=1)
+        fine = due_event("async-fine", handler="tests.record")
+        produce_due(topics, [refused, fine])
+        reader.wait_for(lambda r: len(finals(r.results())) == 4, 30, "refused and fine")
+        release.set()
+        deadline = time.monotonic() + 30
+        while not executor.loop._pool.healthy:
+            assert time.monotonic() < deadline, "the hung threads never returned"
+            time.sleep(0.05)
+        later = due_event("sync-later", handler="tests.sync")
+        produce_due(topics, [later])
+        reader.wait_for(lambda r: len(finals(r.results())) == 5, 30, "the later sync run")
+    finally:
+        release.set()
+        stats = executor.stop()
+    results = reader.results()
+    for event in hung:
+        (timed_out,) = [r for r in results if r["execution_id"] == event["execution_id"]
+                        and r["status"] == "DEAD_LETTER"]  # fmt: skip
+        assert "did not finish within 0.3s" in timed_out["error"]
+        assert "abandoned" in timed_out["error"]
+    assert by_status(results, refused["execution_id"]) == [(1, "DEAD_LETTER")]  # never STARTED
+    (dead,) = [r for r in results if r["execution_id"] == refused["execution_id"]]
+    assert "sync handler threads hang past their deadlines" in dead["error"]
+    assert by_status(results, fine["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
+    assert by_status(results, later["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
+    assert ran == [later["execution_id"]] and stats.sync_refused == 1
+
+
+def test_many_waiting_runs_time_out_at_their_own_deadlines(
+    topics: KafkaSettings, reader: TopicReader, calls: Calls
+) -> None:
+    """Deadlines of thousands of waiting runs (one sweep timer, not one timer each)."""
+    executor = start_executor(topics, calls, max_in_flight=3000)
+    try:
+        slow = [due_event(f"slow-{i}", handler="examples.sleep", payload=b"30",
+                          timeout_ms=400 + 10 * (i % 50), max_attempts=1)
+                for i in range(2000)]  # fmt: skip
+        quick = [due_event(f"quick-{i}", handler="examples.sleep", payload=b"0.05",
+                           timeout_ms=5000) for i in range(500)]  # fmt: skip
+        produce_due(topics, slow + quick)
+        reader.wait_for(lambda r: len(finals(r.results())) == 2500, 60, "2,500 outcomes")
+    finally:
+        executor.stop()
+    results = reader.results()
+    by_id = {r["execution_id"]: r for r in results if r["status"] in ("SUCCEEDED", "DEAD_LETTER")}
+    for event in slow:
+        dead = by_id[event["execution_id"]]
+        assert dead["status"] == "DEAD_LETTER"
+        ran_ms = dead["finished_at_ms"] - dead["started_at_ms"]
+        assert event["timeout_ms"] <= ran_ms + 1 < event["timeout_ms"] + 1000, (event, dead)
+    assert all(by_id[e["execution_id"]]["status"] == "SUCCEEDED" for e in quick)

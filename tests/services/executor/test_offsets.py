@@ -50,6 +50,59 @@ def test_committable_matches_the_brute_force_model(ops: list[tuple[str, int]], f
         assert tracker.in_flight() == len(model.started - model.finished)
 
 
+# Also ("pass", gap): started and finished at once; ("hold", gap): passed, then held.
+ops_with_passes = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["start", "pass", "hold"]), st.integers(1, 3)),
+        st.tuples(st.just("finish"), st.integers(0, 10**6)),
+    ),
+    max_size=300,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=ops_with_passes, first=st.integers(0, 10**12))
+def test_passed_and_held_offsets_match_the_model(ops: list[tuple[str, int]], first: int) -> None:
+    tracker, model = PartitionOffsets(), Model()
+    next_offset = first
+    for op, arg in ops:
+        running = sorted(model.started - model.finished)
+        if op == "finish":
+            if running:
+                offset = running[arg % len(running)]
+                tracker.finished(offset)
+                model.finished.add(offset)
+        else:
+            if op == "start":
+                tracker.started(next_offset)
+            else:
+                tracker.passed(next_offset)
+                if op == "hold":
+                    tracker.hold(next_offset)
+            model.started.add(next_offset)
+            if op == "pass":
+                model.finished.add(next_offset)
+            next_offset += arg
+        assert tracker.committable() == model.committable()
+        assert tracker.in_flight() == len(model.started - model.finished)
+
+
+def test_pass_and_hold_misuse_is_refused() -> None:
+    offsets = PartitionOffsets()
+    offsets.passed(5)
+    with pytest.raises(ValueError, match="increasing"):
+        offsets.passed(5)
+    with pytest.raises(ValueError, match="passed last"):
+        offsets.hold(4)
+    offsets.hold(5)
+    with pytest.raises(ValueError, match="passed last"):
+        offsets.hold(5)  # held twice
+    offsets.passed(6)
+    assert offsets.committable() == 5
+    offsets.finished(5)
+    assert offsets.committable() == 7
+
+
 def test_examples() -> None:
     offsets = PartitionOffsets()
     assert offsets.committable() is None
