@@ -15,6 +15,11 @@ class Priority(StrEnum):
 
 
 LONG_RETENTION_MS = 30 * 24 * 3600 * 1000
+DUE_RETENTION_MS = 7 * 24 * 3600 * 1000
+"""How long a DueEvent stays readable on ``due.*``: how long executors may be down without
+losing undelivered fires. The executor's dedup store must outlive it (``dedup_retention_ms``)."""
+DUE_SEGMENT_MS = 3600 * 1000
+"""Due segments roll hourly, so a record is deleted at most an hour after its retention."""
 
 
 @dataclass(frozen=True)
@@ -25,12 +30,15 @@ class TopicSpec:
     compact: bool
     co_partitioned: bool = True
     retention_ms: int | None = None
+    segment_ms: int | None = None
 
     def configs(self) -> dict[str, str]:
         """Topic configs for CreateTopics."""
         configs = {"cleanup.policy": "compact" if self.compact else "delete"}
         if self.retention_ms is not None:
             configs["retention.ms"] = str(self.retention_ms)
+        if self.segment_ms is not None:
+            configs["segment.ms"] = str(self.segment_ms)
         return configs
 
 
@@ -47,7 +55,15 @@ def due_topic_base(priority: Priority) -> str:
 
 BASE_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(JOBS, compact=True),
-    *(TopicSpec(due_topic_base(p), compact=False) for p in Priority),
+    *(
+        TopicSpec(
+            due_topic_base(p),
+            compact=False,
+            retention_ms=DUE_RETENTION_MS,
+            segment_ms=DUE_SEGMENT_MS,
+        )
+        for p in Priority
+    ),
     TopicSpec(JOB_RESULTS, compact=False, retention_ms=LONG_RETENTION_MS),
     TopicSpec(RETRY, compact=False),
     TopicSpec(DLQ, compact=False, retention_ms=LONG_RETENTION_MS),

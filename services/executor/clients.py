@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer
 
-from services.executor.dedup import STORE_NAME, DedupStore
+from services.executor.dedup import STORE_NAME, DedupStore, check_retention_covers_due_topics
 from services.executor.settings import ExecutorSettings
 from streams.admin import admin_client
 from streams.kafka.consumer import (
@@ -48,6 +48,8 @@ def open_clients(settings: ExecutorSettings, due_topics: list[str]) -> ExecutorC
     """
     kafka, group = settings.kafka, settings.group_id()
     ensure_changelog_topics(kafka, group, [STORE_NAME], due_topics)
+    admin = admin_client(kafka)
+    check_retention_covers_due_topics(admin, due_topics, settings.dedup_retention_ms)
     if settings.configure_group:
         configure_group_session(
             kafka, group, session_timeout_ms=settings.session_timeout_ms,
@@ -63,6 +65,8 @@ def open_clients(settings: ExecutorSettings, due_topics: list[str]) -> ExecutorC
     return ExecutorClients(
         producer=producer,
         consumer=create_group_consumer(kafka, group, group_instance_id=instance),
-        dedup=DedupStore(group, kafka.state_dir, changelog),
-        recovery=Recovery(create_restore_consumer(kafka, group), admin_client(kafka)),
+        dedup=DedupStore(
+            group, kafka.state_dir, changelog, retention_ms=settings.dedup_retention_ms
+        ),
+        recovery=Recovery(create_restore_consumer(kafka, group), admin),
     )

@@ -64,6 +64,7 @@ from streams.exceptions import KafkronError
 from streams.kafka.producer import TransactionalProducer
 from streams.state.store import Store
 from streams.state.transaction import StoreTransaction
+from streams.topics import DUE_RETENTION_MS, DUE_SEGMENT_MS
 
 STORE_NAME = "dedup"
 
@@ -81,9 +82,6 @@ _ID_LENGTH = struct.Struct(">H")
 _INDEX_CHUNK_IDS = 1_000  # ids per index record: well under a record's size limit
 _SWEEP_SCAN_RECORDS = 64  # index records read per partition per sweep
 
-DAY_MS = 24 * 3600 * 1000
-KAFKA_DEFAULT_RETENTION_MS = 7 * DAY_MS  # log.retention.hours=168
-KAFKA_DEFAULT_SEGMENT_MS = 7 * DAY_MS  # log.roll.hours=168
 RETENTION_MARGIN_MS = 3600 * 1000
 """Covers the broker's retention check (``log.retention.check.interval.ms``, 5 min by
 default) and clock skew between a due record's timestamp and this executor's clock."""
@@ -102,9 +100,8 @@ def required_retention_ms(retention_ms: int, segment_ms: int) -> int | None:
     return retention_ms + segment_ms + RETENTION_MARGIN_MS
 
 
-DEFAULT_RETENTION_MS = KAFKA_DEFAULT_RETENTION_MS + KAFKA_DEFAULT_SEGMENT_MS + RETENTION_MARGIN_MS
-"""``required_retention_ms`` of due topics on Kafka's default retention and roll: what
-``ensure_topics`` creates (14 days + 1 hour)."""
+DEFAULT_RETENTION_MS = DUE_RETENTION_MS + DUE_SEGMENT_MS + RETENTION_MARGIN_MS
+"""``required_retention_ms`` of the due topics ``ensure_topics`` creates (7 days + 2 hours)."""
 
 
 class DedupRetentionError(KafkronError):

@@ -90,7 +90,7 @@ class ExecutorSettings(BaseSettings):
     # Dedup entries are kept at least this long after the commit that wrote them, then
     # swept (bounded, at commits). It must outlive every due record: a due topic's
     # retention.ms + segment.ms + 1 h (checked against the broker's topic configs at
-    # start-up). The default fits due topics on Kafka's defaults (7 d + 7 d + 1 h); lower
+    # start-up). The default fits the due topics kafkron creates (7 d + 1 h + 1 h); lower
     # the due topics' retention.ms / segment.ms to shrink the store.
     dedup_retention_ms: int = Field(default=DEFAULT_DEDUP_RETENTION_MS, ge=60_000)
     # group.instance.id = worker_id: a restart within the session keeps its partitions.

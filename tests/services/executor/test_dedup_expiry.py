@@ -14,8 +14,6 @@ from pydantic import ValidationError
 
 from services.executor.dedup import (
     DEFAULT_RETENTION_MS,
-    KAFKA_DEFAULT_RETENTION_MS,
-    KAFKA_DEFAULT_SEGMENT_MS,
     DedupEntry,
     DedupStore,
     Progress,
@@ -25,6 +23,7 @@ from services.executor.dedup import (
 )
 from services.executor.settings import ExecutorSettings
 from streams.state.store import Store
+from streams.topics import DUE_RETENTION_MS, DUE_SEGMENT_MS
 
 CHANGELOG = "ns.changelog.g.dedup"
 PARTITION = 3
@@ -289,12 +288,9 @@ def test_time_index_keys_sort_by_write_time_and_never_collide_with_ids() -> None
     assert index_key(5, 0) < b"\x00t" + (6).to_bytes(8, "big")
 
 
-def test_default_retention_covers_due_topics_on_kafka_defaults(tmp_path: Path) -> None:
-    assert (
-        required_retention_ms(KAFKA_DEFAULT_RETENTION_MS, KAFKA_DEFAULT_SEGMENT_MS)
-        == DEFAULT_RETENTION_MS
-    )
-    assert DEFAULT_RETENTION_MS == (14 * 24 + 1) * 3600 * 1000
+def test_default_retention_covers_the_due_topics_kafkron_creates(tmp_path: Path) -> None:
+    assert required_retention_ms(DUE_RETENTION_MS, DUE_SEGMENT_MS) == DEFAULT_RETENTION_MS
+    assert DEFAULT_RETENTION_MS == (7 * 24 + 2) * 3600 * 1000
     assert required_retention_ms(-1, 1000) is None  # infinite retention: nothing suffices
     assert ExecutorSettings().dedup_retention_ms == DEFAULT_RETENTION_MS
     with pytest.raises(ValidationError):

@@ -127,7 +127,7 @@ def test_expired_entries_leave_the_changelog_and_restores_do_not_bring_them_back
 def test_retention_is_checked_against_the_due_topics_configs(topics: KafkaSettings) -> None:
     admin = admin_client(topics)
     due = due_topics(topics)
-    # ensure_topics leaves due topics on the broker's defaults, which the default covers
+    # ensure_topics gives the due topics the retention and roll the default covers
     check_retention_covers_due_topics(admin, due, DEFAULT_RETENTION_MS)
     with pytest.raises(DedupRetentionError, match="DEDUP_RETENTION_MS"):
         check_retention_covers_due_topics(admin, due, DEFAULT_RETENTION_MS - 1)
