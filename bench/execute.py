@@ -2,7 +2,10 @@
 
 Run: ``.venv/bin/python -m bench.execute --bootstrap 127.0.0.1:9092 [--events 100000]``
 (``--only noop`` runs one scenario; ``--profile DIR`` attaches py-spy to the executor and
-writes ``DIR/<scenario>.txt``, collapsed stacks, and ``DIR/<scenario>.svg``).
+writes ``DIR/<scenario>.txt``, collapsed stacks; ``--baseline-root DIR`` also runs the
+executor of another checkout, alternately, ``--repeat N`` times; ``--root DIR`` measures
+another checkout's executor instead of this one's, e.g. HEAD with only
+``services/executor`` copied over, to keep other work in progress out of an A/B).
 
 Measures in one run on one broker: the raw pipe (``bench.pipe.measure_pipe``) for the same
 record count; then, per scenario, pre-produces the DueEvents, starts one executor process
@@ -10,7 +13,9 @@ record count; then, per scenario, pre-produces the DueEvents, starts one executo
 until every execution's SUCCEEDED is there. Executions/s counts from the first STARTED to
 the last SUCCEEDED (Kafka timestamps of the results: results and commits included) and
 is printed as a ratio to the raw produce and consume rates, with the executor process's
-CPU time (user + system, start-up included) per execution. Scenarios:
+CPU time (user + system) per execution from the first results read to the last (start-up
+excluded), in all and per thread kind (``main``: the event loop; ``rdk:*``: librdkafka's
+threads; ``other``: the consume thread and handler threads). Scenarios:
 
 - ``noop``: ``examples.noop`` (returns at once);
 - ``sleep100ms-<window>``: ``examples.sleep`` with 0.1 s, ``max_in_flight`` = window.
@@ -108,11 +113,13 @@ class Figures:
     statuses: Counter[str]
     rss_mb: float
     cpu_us: float  # the executor's CPU (user + system) per execution between the results
+    cpu_us_by_thread: dict[str, float]  # the same, per thread kind (main, rdk:broker, ...)
 
 
 def run_scenario(
     bootstrap: str, name: str, events: int, handler: str, payload: bytes, window: int,
     partitions: int, profile_dir: Path | None = None, executor_root: Path = ROOT,
+    profile_name: str = "",
 ) -> Figures:  # fmt: skip
     namespace = f"bx{uuid.uuid4().hex[:6]}."
     state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
@@ -144,9 +151,15 @@ def run_scenario(
             stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-    spy = None if profile_dir is None else start_profiler(process.pid, profile_dir / name)
+    spy = (
+        None
+        if profile_dir is None
+        else start_profiler(process.pid, profile_dir / (profile_name or name))
+    )
     try:
-        first_ms, last_ms, statuses, rss, cpu_us = read_results(settings, events, process.pid)
+        first_ms, last_ms, statuses, rss, cpu_us, by_thread = read_results(
+            settings, events, process.pid
+        )
         wall_s = time.monotonic() - started
     finally:
         if spy is not None:
@@ -160,7 +173,7 @@ def run_scenario(
         print(f"  {name} executor: {summary[-1].split(' stopping: ')[1]}", flush=True)
     shutil.rmtree(state_dir, ignore_errors=True)  # kept (with executor.log) when it failed
     per_s = events / max((last_ms - first_ms) / 1000, 1e-3)
-    return Figures(name, events, per_s, wall_s, statuses, rss, cpu_us)
+    return Figures(name, events, per_s, wall_s, statuses, rss, cpu_us, by_thread)
 
 
 def start_profiler(pid: int, stem: Path) -> subprocess.Popen[bytes]:
@@ -183,9 +196,34 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds so far per thread kind of ``pid``: ``main`` (the event loop),
+    librdkafka's threads by name without their numbers, ``other`` (consume, pool threads)."""
+    by_kind: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return by_kind
+    for task in tasks:
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if task.name == str(pid):
+            kind = "main"
+        elif comm.startswith("rdk:"):
+            kind = comm.rstrip("0123456789/:").split("/")[0]
+        else:
+            kind = "other"
+        by_kind[kind] = by_kind.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return by_kind
+
+
 def read_results(
     settings: KafkaSettings, events: int, pid: int
-) -> tuple[int, int, Counter[str], float, float]:
+) -> tuple[int, int, Counter[str], float, float, dict[str, float]]:
     """Read job-results until 2 x ``events`` (STARTED + final); then decode and count them.
 
     Also returns the executor's CPU time per execution from the first results read to the
@@ -208,6 +246,7 @@ def read_results(
     deadline = time.monotonic() + 600
     rss = 0.0
     cpu_first: tuple[float, int] | None = None
+    threads_first: dict[str, float] = {}
     while len(values) < 2 * events and time.monotonic() < deadline:
         for message in consumer.consume(10_000, 0.5):
             value = message.value()
@@ -218,13 +257,19 @@ def read_results(
                 last_ms = max(last_ms, stamp)
         if values and cpu_first is None:
             cpu_first = (cpu_seconds(pid), len(values))
+            threads_first = thread_cpu_seconds(pid)
         rss = max(rss, peak_rss_mb(pid))
-    cpu_us = 0.0
+    cpu_us, by_thread = 0.0, {}
     if cpu_first is not None and len(values) > cpu_first[1]:
-        cpu_us = (cpu_seconds(pid) - cpu_first[0]) * 2e6 / (len(values) - cpu_first[1])
+        per_execution = 2e6 / (len(values) - cpu_first[1])
+        cpu_us = (cpu_seconds(pid) - cpu_first[0]) * per_execution
+        by_thread = {
+            kind: (seconds - threads_first.get(kind, 0.0)) * per_execution
+            for kind, seconds in thread_cpu_seconds(pid).items()
+        }
     consumer.close()
     statuses = Counter(CODEC.decode(RecordKind.EXECUTION_RESULT, v)["status"] for v in values)
-    return first_ms, last_ms, statuses, rss, cpu_us
+    return first_ms, last_ms, statuses, rss, cpu_us, by_thread
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -247,6 +292,14 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated scenario names to run")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy output directory")
     parser.add_argument(
+        "--root", type=Path, default=ROOT,
+        help="the checkout whose executor is measured (default: this one); e.g. a `git "
+        "archive` of HEAD with this checkout's services/executor copied over it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run each scenario (and its baseline) N times"
+    )
+    parser.add_argument(
         "--baseline-root", type=Path, default=None,
         help="also run each scenario with the executor of this checkout (e.g. a `git archive` "
         "of an older commit), interleaved, for a same-run A/B ratio",
@@ -259,14 +312,18 @@ def main() -> None:
         scenarios.append((f"sleep100ms-{window}", args.sleep_events, "examples.sleep", b"0.1",
                           window))  # fmt: skip
     only = {name for name in args.only.split(",") if name}
-    roots = [("", ROOT)] + ([("baseline ", args.baseline_root)] if args.baseline_root else [])
+    roots = [("", args.root)]
+    if args.baseline_root:
+        roots.append(("baseline ", args.baseline_root))
     for name, events, handler, payload, window in scenarios:
         if only and name not in only:
             continue
-        for label, root in roots:
-            f = run_scenario(args.bootstrap, name, events, handler, payload, window,
-                             args.partitions, args.profile, root)  # fmt: skip
-            print_figures(label, f, pipe)
+        for run in range(args.repeat):
+            for label, root in roots:
+                stem = f"{name}{'-baseline' if label else ''}{f'-{run}' if run else ''}"
+                f = run_scenario(args.bootstrap, name, events, handler, payload, window,
+                                 args.partitions, args.profile, root, stem)  # fmt: skip
+                print_figures(label, f, pipe)
 
 
 def print_figures(label: str, f: Figures, pipe: PipeFigures) -> None:
@@ -276,6 +333,12 @@ def print_figures(label: str, f: Figures, pipe: PipeFigures) -> None:
         f"{f.per_s / pipe.produce_per_s:.3f}, to raw consume {f.per_s / pipe.consume_per_s:.3f}"
         f"; executor CPU {f.cpu_us:.1f} us/execution; peak RSS "
         f"{f.rss_mb:.0f} MiB; statuses {dict(f.statuses)}",
+        flush=True,
+    )
+    threads = sorted(f.cpu_us_by_thread.items(), key=lambda item: -item[1])
+    print(
+        f"  {label}{f.name} CPU us/execution by thread: "
+        + ", ".join(f"{kind} {us:.1f}" for kind, us in threads if us >= 0.05),
         flush=True,
     )
 

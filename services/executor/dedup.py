@@ -47,6 +47,7 @@ while restoring): a quiet partition keeps what it holds until it writes again.
 
 from __future__ import annotations
 
+import operator
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -211,8 +212,9 @@ def index_key(written_at_ms: int, chunk: int) -> bytes:
     return _INDEX_PREFIX + _INDEX_SUFFIX.pack(written_at_ms, chunk)
 
 
-def _encode_ids(ids: Iterable[bytes]) -> bytes:
-    return b"".join(_ID_LENGTH.pack(len(key)) + key for key in ids)
+def _encode_ids(ids: list[bytes]) -> bytes:
+    # Each id as its 2-byte length and its bytes, without a Python call per id.
+    return b"".join(map(operator.add, map(_ID_LENGTH.pack, map(len, ids)), ids))
 
 
 def _decode_ids(raw: bytes) -> list[bytes]:
@@ -222,6 +224,47 @@ def _decode_ids(raw: bytes) -> list[bytes]:
         ids.append(raw[i + 2 : i + 2 + length])
         i += 2 + length
     return ids
+
+
+class _ChangelogBatch:
+    """Takes one store transaction's changelog records and produces them in one call.
+
+    ``StoreTransaction.prepare`` calls :meth:`produce` once per key; a ``produce`` of the
+    producer per key costs a Python call and a one-record ``produce_many`` each. A producer
+    with ``produce_changelog`` (one delivery callback per partition) gets the records as
+    one call through :meth:`produce_changelog` instead.
+    """
+
+    __slots__ = ("_partition", "_producer", "_records")
+
+    def __init__(self, producer: TransactionalProducer) -> None:
+        self._producer = producer
+        self._records: list[tuple[str, bytes | None, bytes | None]] = []
+        self._partition: int | None = None
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        if self._records and partition != self._partition:
+            self.send()
+        self._partition = partition
+        self._records.append((topic, key, value))
+
+    def produce_changelog(
+        self, topic: str, partition: int, items: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        self.send()
+        produce_changelog = getattr(self._producer, "produce_changelog", None)
+        if produce_changelog is not None:
+            produce_changelog(topic, partition, items)
+        else:
+            self._producer.produce_many([(topic, k, v) for k, v in items], partition)
+
+    def send(self) -> None:
+        """Produce the records taken so far."""
+        records, self._records = self._records, []
+        if records:
+            self._producer.produce_many(records, self._partition)
 
 
 class DedupStore:
@@ -255,6 +298,8 @@ class DedupStore:
         self._sweep_cursor: dict[int, tuple[bytes, int]] = {}  # index key, ids done in it
         self._legacy_cursor: dict[int, bytes] = {}  # next key to check for the old format
         self._indexed: set[int] = set()  # partitions whose every entry is indexed
+        # PartitionStore.get of each open partition that was read: one lookup per execution
+        self._gets: dict[int, Callable[[bytes], bytes | None]] = {}
 
     def lookup(self, partition: int, execution_id: str) -> DedupEntry | None:
         """The entry of ``execution_id``, including writes not committed yet."""
@@ -264,12 +309,15 @@ class DedupStore:
             if entry is not None:
                 return entry
         key = execution_id.encode()
-        transaction = self._transactions.get(partition)
-        raw = (
-            transaction.get(key)
-            if transaction is not None
-            else self.store.partition(partition).get(key)
-        )
+        if self._transactions:  # only inside a commit, between prepare and flush
+            transaction = self._transactions.get(partition)
+            if transaction is not None:
+                raw = transaction.get(key)
+                return None if raw is None else DedupEntry.decode(raw)
+        get = self._gets.get(partition)
+        if get is None:
+            get = self._gets[partition] = self.store.partition(partition).get
+        raw = get(key)
         return None if raw is None else DedupEntry.decode(raw)
 
     def record(self, partition: int, execution_id: str, entry: DedupEntry) -> None:
@@ -308,8 +356,10 @@ class DedupStore:
             budget -= self.sweep(partition, transaction, now_ms - self.retention_ms, budget)
             self._index_legacy(partition, transaction, entries, budget)
             self._write_indexed(partition, transaction, entries, now_ms)
+        writer = _ChangelogBatch(producer)
         for transaction in self._transactions.values():
-            transaction.prepare(producer)
+            transaction.prepare(writer)
+            writer.send()
 
     def sweep(
         self, partition: int, transaction: StoreTransaction, cutoff_ms: int, budget: int
@@ -385,11 +435,10 @@ class DedupStore:
         while transaction.get(index_key(written_at, 0)) is not None:  # another owner's
             written_at += 1
         self._last_written_at[partition] = written_at
-        ids = []
-        for execution_id, entry in entries.items():
-            key = execution_id.encode()
-            transaction.set(key, entry.encode_at(written_at))
-            ids.append(key)
+        ids = [execution_id.encode() for execution_id in entries]
+        set_value, pack = transaction.set, _STORED.pack
+        for key, (progress, attempt, replay_mark) in zip(ids, entries.values(), strict=True):
+            set_value(key, pack(progress._value_, attempt, replay_mark, written_at))  # encode_at
         for chunk, first in enumerate(range(0, len(ids), _INDEX_CHUNK_IDS)):
             chunk_ids = ids[first : first + _INDEX_CHUNK_IDS]
             transaction.set(index_key(written_at, chunk), _encode_ids(chunk_ids))
@@ -425,8 +474,10 @@ class DedupStore:
             state.pop(partition, None)
         self._written.discard(partition)
         self._indexed.discard(partition)
+        self._gets.pop(partition, None)
         self.store.close_partition(partition)
 
     def close(self) -> None:
         self.discard()
+        self._gets.clear()
         self.store.close()

@@ -1,11 +1,17 @@
 """DueEvents read for running them: the fields a run needs, without fastavro on the hot path.
 
 :class:`DueReader` parses the Avro single-object encoding of a DueEvent written with the
-layout of ``due_event.v1.avsc`` field by field (about twice as fast as ``Codec.decode``
-here) into a :class:`DueView`: the values a run needs (ids, handler, payload, timeout,
-priority, trigger) and the raw bytes of the fields an ExecutionResult repeats
-(execution_id and job_id, scheduled_for_ms, attempt, job_version), which
-:mod:`services.executor.result_bytes` splices into results unchanged.
+layout of ``due_event.v1.avsc`` field by field into a :class:`DueView`: the values a run
+needs (ids, handler, payload, timeout, priority, trigger) and the raw bytes of the fields
+an ExecutionResult repeats (execution_id and job_id, scheduled_for_ms, attempt,
+job_version), which :mod:`services.executor.result_bytes` splices into results unchanged.
+
+Consecutive DueEvents mostly repeat runs of fields: job_version through attempt (one
+instant's fires), handler through tenant (one kind of job), emitted_at_ms (one emitting
+batch). The reader keeps the bytes of the last runs it parsed with their values, and a
+record holding the same bytes at the same place reads them from there: Avro encodings are
+prefix-free, so equal bytes read as equal values and end at the same place. ~1.3 us a
+record here instead of ~3 us.
 
 Anything the fast parser does not take exactly (another writer schema, a non-empty attempt
 ``history``, a truncated or corrupt body, trailing bytes, a bad enum index) goes through
@@ -14,7 +20,8 @@ record is refused with the codec's own :class:`DecodeError`. At start-up the rea
 probe records covering every enum symbol, long and unicode strings and extreme numbers and
 compares them with ``Codec.decode``; if any differs (the writer schema changed), every
 record goes through the codec. ``tests/services/executor/test_due_view.py`` checks the
-fast path against fastavro for random and mutated records.
+fast path against fastavro for random and mutated records, read alone and right after a
+similar record (the cached runs).
 """
 
 from __future__ import annotations
@@ -44,7 +51,13 @@ _TIMEOUT_TO_TRIGGER = re.compile(
     _VARINT * 4 + rb"[\x00-\xff]{8}" + _VARINT + rb"[\x00-\xff]{8}" + _VARINT, re.DOTALL
 )
 _ONE_LONG = re.compile(_VARINT, re.DOTALL)
-_MAX_CACHED_LONGS = 4096
+_CACHED_RUNS = 4
+
+# The bytes of job_version .. attempt; their raw job_version, scheduled_for_ms and attempt,
+# and the values of scheduled_for_ms and attempt.
+_Longs = tuple[bytes, tuple[bytes, bytes, bytes, int, int]]
+# handler, payload, timeout_ms, priority, trigger index
+_RunFields = tuple[bytes, bytes, int, Priority, int]
 
 
 class _NotFastError(Exception):
@@ -109,14 +122,18 @@ class DueReader:
         self._header = b"\xc3\x01" + codec.writer_fingerprint(RecordKind.DUE_EVENT)
         self._priority_of = {p.value: p for p in Priority}
         self._trigger_of = {symbol: i for i, symbol in enumerate(TRIGGERS)}
-        # Avro longs seen lately -> their values: fire times, attempts and timeouts repeat.
-        self._longs: dict[bytes, int] = {}
+        # The last runs of fields parsed (their bytes and values): consecutive DueEvents
+        # mostly repeat them (one instant's fires; one job kind's handler through tenant).
+        self._last_longs: _Longs | None = None
+        # emitted_at_ms and the empty history, and the raw emitted_at_ms (0 to begin with)
+        self._last_end = (b"\x00\x00", b"\x00")
+        self._runs: list[tuple[bytes, _RunFields]] = []
         self.fast = True
         self.fast = all(self._agrees(r) for r in probe_records())
 
     def read(self, value: bytes) -> DueView:
         """The view of one DueEvent; raises :class:`DecodeError` when it is not one."""
-        if self.fast and value[:HEADER_LEN] == self._header:
+        if self.fast and value.startswith(self._header):
             try:
                 return self._parse(value)
             except (_NotFastError, IndexError, UnicodeDecodeError):
@@ -174,57 +191,26 @@ class DueReader:
         pos += length
         key = data[start:pos]
         raw_ids = data[HEADER_LEN:pos]
-        longs = _FOUR_LONGS.match(data, pos)
-        if longs is None:
-            raise _NotFastError
-        raw_version, raw_scheduled, _, raw_attempt = longs.groups()
-        pos = longs.end()
-        length = data[pos]
-        pos += 1
-        if length > 0x7F or length & 1:
-            length, pos = _length(data, pos - 1)
-        else:
-            length >>= 1
-        start = pos
-        pos += length
-        handler = data[start:pos]
-        handler.decode()  # fastavro refuses invalid UTF-8 in a string
-        length = data[pos]
-        pos += 1
-        if length > 0x7F or length & 1:
-            length, pos = _length(data, pos - 1)
-        else:
-            length >>= 1
-        start = pos
-        pos += length
-        payload = data[start:pos]
-        tail = _TIMEOUT_TO_TRIGGER.match(data, pos)
-        if tail is None:
-            raise _NotFastError
-        raw_timeout, raw_priority, _, _, _, raw_trigger = tail.groups()
-        priority, trigger = raw_priority[0], raw_trigger[0]
-        if priority > 4 or priority & 1 or trigger > 10 or trigger & 1:
-            raise _NotFastError  # not an index of the enum (zig-zag: even bytes are >= 0)
-        length, pos = _length(data, tail.end())
-        start = pos
-        pos += length
-        data[start:pos].decode()  # tenant: only validated
-        emitted = _ONE_LONG.match(data, pos)
-        # The end: an empty history (block count 0) and nothing after it.
-        if emitted is None or emitted.end() != len(data) - 1 or data[-1] != 0:
-            raise _NotFastError
-        longs_seen = self._longs
-        if len(longs_seen) > _MAX_CACHED_LONGS:
-            longs_seen.clear()
-        scheduled = longs_seen.get(raw_scheduled)
-        if scheduled is None:
-            scheduled = longs_seen[raw_scheduled] = decode_long(raw_scheduled)
-        attempt = longs_seen.get(raw_attempt)
-        if attempt is None:
-            attempt = longs_seen[raw_attempt] = decode_long(raw_attempt)
-        timeout = longs_seen.get(raw_timeout)
-        if timeout is None:
-            timeout = longs_seen[raw_timeout] = decode_long(raw_timeout)
+        # Avro items are prefix-free: bytes that start with a run of items read before
+        # read as exactly those items, so a cached run stands for its parse.
+        longs = self._last_longs
+        if longs is None or not data.startswith(longs[0], pos):
+            longs = self._read_longs(data, pos)
+        raw_version, raw_scheduled, raw_attempt, scheduled, attempt = longs[1]
+        pos += len(longs[0])
+        fields = None
+        for run, cached in self._runs:
+            if data.startswith(run, pos):
+                pos += len(run)
+                fields = cached
+                break
+        if fields is None:
+            pos, fields = self._read_run(data, pos)
+        handler, payload, timeout, priority, trigger = fields
+        # The end: emitted_at_ms, an empty history (block count 0) and nothing after it.
+        end, raw_emitted = self._last_end
+        if len(data) - pos != len(end) or not data.endswith(end):
+            raw_emitted = self._read_end(data, pos)
         return _new_view(
             DueView,
             (
@@ -241,12 +227,76 @@ class DueReader:
                 handler,
                 payload,
                 timeout,
-                PRIORITIES[priority >> 1],
-                trigger >> 1,
-                emitted.group(1),
+                priority,
+                trigger,
+                raw_emitted,
                 None,
             ),
         )
+
+    def _read_end(self, data: bytes, pos: int) -> bytes:
+        """Check that emitted_at_ms and an empty history end the record at ``pos``;
+        returns the raw emitted_at_ms."""
+        emitted = _ONE_LONG.match(data, pos)
+        if emitted is None or emitted.end() != len(data) - 1 or data[-1] != 0:
+            raise _NotFastError
+        raw_emitted = emitted.group(1)
+        self._last_end = (data[pos:], raw_emitted)
+        return raw_emitted
+
+    def _read_longs(self, data: bytes, pos: int) -> _Longs:
+        """Parse job_version, scheduled_for_ms, fire_at_ms and attempt at ``pos``."""
+        longs = _FOUR_LONGS.match(data, pos)
+        if longs is None:
+            raise _NotFastError
+        raw_version, raw_scheduled, _, raw_attempt = longs.groups()
+        parsed = (
+            data[pos : longs.end()],
+            (
+                raw_version,
+                raw_scheduled,
+                raw_attempt,
+                decode_long(raw_scheduled),
+                decode_long(raw_attempt),
+            ),
+        )
+        self._last_longs = parsed
+        return parsed
+
+    def _read_run(self, data: bytes, pos: int) -> tuple[int, _RunFields]:
+        """Parse handler through tenant at ``pos``; returns the end and the fields."""
+        begin = pos
+        length, pos = _length(data, pos)
+        start = pos
+        pos += length
+        handler = data[start:pos]
+        handler.decode()  # fastavro refuses invalid UTF-8 in a string
+        length, pos = _length(data, pos)
+        start = pos
+        pos += length
+        payload = data[start:pos]
+        tail = _TIMEOUT_TO_TRIGGER.match(data, pos)
+        if tail is None:
+            raise _NotFastError
+        raw_timeout, raw_priority, _, _, _, raw_trigger = tail.groups()
+        priority, trigger = raw_priority[0], raw_trigger[0]
+        if priority > 4 or priority & 1 or trigger > 10 or trigger & 1:
+            raise _NotFastError  # not an index of the enum (zig-zag: even bytes are >= 0)
+        length, pos = _length(data, tail.end())
+        start = pos
+        pos += length
+        data[start:pos].decode()  # tenant: only validated
+        if pos > len(data):
+            raise _NotFastError  # truncated: a slice would not tell
+        fields = (
+            handler,
+            payload,
+            decode_long(raw_timeout),
+            PRIORITIES[priority >> 1],
+            trigger >> 1,
+        )
+        self._runs = [(data[begin:pos], fields), *self._runs[: _CACHED_RUNS - 1]]
+        return pos, fields
 
     def _agrees(self, record: Mapping[str, Any]) -> bool:
         value = self._codec.encode(RecordKind.DUE_EVENT, record)

@@ -7,6 +7,7 @@ to finish, a final commit, then it leaves the group.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -29,6 +30,10 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    # What start-up allocated (modules, classes, schemas) lives as long as the process:
+    # keeping it out of the collector's full scans saves ~1 us of CPU per execution.
+    gc.collect()
+    gc.freeze()
     run(settings, stop)
 
 

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import Message
 
@@ -27,7 +27,7 @@ from services.executor.assignment import TP, Assignment, Token
 from services.executor.context import HandlerContext
 from services.executor.deadlines import Deadlines
 from services.executor.dedup import DedupEntry, DedupStore, Progress, entry_after, skip_reason
-from services.executor.due_view import DueEventMapping, DueReader, DueView
+from services.executor.due_view import TRIGGERS, DueEventMapping, DueReader, DueView, decode_long
 from services.executor.exceptions import HandlerNotFoundError, SyncHandlersStuckError
 from services.executor.handlers import HandlerRegistry, RegisteredHandler
 from services.executor.offsets import OffsetTracker
@@ -49,6 +49,7 @@ from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.kafka.errors import KafkaOperationError
 from streams.kafka.producer import TransactionalProducer
+from streams.records import Trigger
 from streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,19 @@ Rest = Coroutine[Any, Any, None]
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_REPLAY = TRIGGERS.index(Trigger.REPLAY.value)
+_new_entry = tuple.__new__  # DedupEntry(...) without the NamedTuple's Python-level __new__
+
+
+def succeeded_entry(view: DueView, previous: DedupEntry | None) -> DedupEntry:
+    """``entry_after(event, Progress.SUCCEEDED, previous)`` read from the view's fields."""
+    if view.trigger == _REPLAY:
+        mark = decode_long(view.raw_emitted_at_ms)
+    else:
+        mark = previous.replay_mark if previous is not None else 0
+    return _new_entry(DedupEntry, (Progress.SUCCEEDED, view.attempt, mark))
 
 
 class _Run:
@@ -110,6 +124,8 @@ class RecordRunner:
         self._reader = DueReader(codec)
         self._result_bytes = ResultEncoder(codec, worker_id)
         self._spliced = self._result_bytes.spliced
+        self._splice_started = self._result_bytes.started
+        self._splice_succeeded = self._result_bytes.succeeded
         self._clock = AvroClock()
         self._handlers: dict[bytes, RegisteredHandler] = {}
         self._sync_healthy = True
@@ -165,11 +181,13 @@ class RecordRunner:
             view, previous
         ):
             return None
-        try:
-            handler = self._handler(view.handler)
-        except HandlerNotFoundError as exc:
-            self._complete(view, failed_outcome(exc), tp, previous)
-            return None
+        handler = self._handlers.get(view.handler)
+        if handler is None:
+            try:
+                handler = self._handler(view.handler)
+            except HandlerNotFoundError as exc:
+                self._complete(view, failed_outcome(exc), tp, previous)
+                return None
         if not (handler.is_async or self._sync_pool_healthy()):
             stuck = SyncHandlersStuckError(self._pool.abandoned_threads, self._pool.max_abandoned)
             self._stats.sync_refused += 1
@@ -194,8 +212,7 @@ class RecordRunner:
                 rest = handler.fn(ctx)
                 if type(rest) is CoroutineType:
                     # Step it once without a timer: most short handlers end here.
-                    coro = cast(Coroutine[Any, Any, Any], rest)
-                    rest = Resume(coro, coro.send(None))
+                    rest = Resume(rest, rest.send(None))
             except StopIteration:
                 rest = None
             except Exception as exc:
@@ -281,7 +298,7 @@ class RecordRunner:
 
     def _started_bytes(self, view: DueView, started: bytes) -> bytes:
         if self._spliced:
-            return self._result_bytes.started(view, started)
+            return self._splice_started(view, started)
         record = started_result(self._reader.record(view), self._worker_id, self._clock.ms)
         return self._result_bytes.encode(record)
 
@@ -294,10 +311,9 @@ class RecordRunner:
             self._complete(view, outcome, tp, previous)
             return
         now = self._clock.now()
-        self._produce(self._results, view.key, self._result_bytes.succeeded(view, started, now))
+        self._produce(self._results, view.key, self._splice_succeeded(view, started, now))
         self._stats.succeeded += 1
-        entry = entry_after(DueEventMapping(view, self._reader), Progress.SUCCEEDED, previous)
-        self._dedup.record(tp[1], view.execution_id, entry)
+        self._dedup.record(tp[1], view.execution_id, succeeded_entry(view, previous))
 
     def _complete(
         self, view: DueView, outcome: RunOutcome, tp: TP, previous: DedupEntry | None

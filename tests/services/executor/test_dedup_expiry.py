@@ -41,7 +41,8 @@ class Clock:
 
 
 class RecordingProducer:
-    """What prepare() and flush() need: produce, and delivered offsets after the commit."""
+    """What prepare() and flush() need: produce (one record or many, as
+    TransactionalProducer does), and delivered offsets after the commit."""
 
     def __init__(self) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
@@ -50,6 +51,11 @@ class RecordingProducer:
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
     ) -> None:
         self.records.append((topic, key, value, partition))
+
+    def produce_many(
+        self, records: list[tuple[str, bytes | None, bytes | None]], partition: int | None = None
+    ) -> None:
+        self.records.extend((topic, key, value, partition) for topic, key, value in records)
 
     def delivered_offset(self, topic: str, partition: int) -> int | None:
         mine = [r for r in self.records if r[0] == topic and r[3] == partition]

@@ -15,6 +15,7 @@ from services.executor.due_view import DueEventMapping, DueReader, DueView, deco
 from services.executor.outcomes import attempt_outputs, started_result
 from services.executor.result_bytes import AvroClock, ResultEncoder, avro_long
 from services.executor.runner import RunOutcome, RunStatus
+from services.executor.runs import succeeded_entry
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.records import ExecutionStatus, Trigger
@@ -147,6 +148,36 @@ def test_corrupt_records_are_refused_or_read_exactly_as_fastavro_does(
         assert ENCODER.started(view, avro_long(7)) == encoded(started_result(record, WORKER, 7))
 
 
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(event=due_events(st.just([])), data=st.data())
+def test_records_after_a_similar_one_are_read_exactly_as_fastavro_does(
+    event: dict[str, Any], data: st.DataObject
+) -> None:
+    """The reader reuses runs of fields it parsed in the record before (same bytes at the
+    same place): a record that shares them, or differs from them anywhere, reads as fastavro."""
+    reader = DueReader(CODEC)
+    first = CODEC.encode(RecordKind.DUE_EVENT, event)
+    assert reader.read(first)._replace(record=None) == expected_view(first)
+    other = dict(event)
+    for name in data.draw(st.sets(st.sampled_from(sorted(event)), max_size=3)):
+        other[name] = data.draw(due_events(st.just([])))[name]
+    value = bytearray(CODEC.encode(RecordKind.DUE_EVENT, other))
+    kind = data.draw(st.sampled_from(["same", "flip", "truncate", "append"]))
+    if kind == "flip":
+        at = data.draw(st.integers(10, len(value) - 1))
+        value[at] = data.draw(st.integers(0, 255))
+    elif kind == "truncate":
+        del value[data.draw(st.integers(10, len(value) - 1)) :]
+    elif kind == "append":
+        value += data.draw(st.binary(min_size=1, max_size=12))
+    raw = bytes(value)
+    try:
+        view: DueView | None = reader.read(raw)._replace(record=None)
+    except DecodeError:
+        view = None
+    assert view == expected_view(raw)
+
+
 def _small_event(**fields: Any) -> dict[str, Any]:
     record = {
         "execution_id": "j@1", "job_id": "j", "job_version": 3, "scheduled_for_ms": 1,
@@ -230,6 +261,9 @@ def test_dedup_rules_read_the_view_as_the_decoded_record(
     for progress in Progress:
         assert entry_after(mapping, progress, previous) == entry_after(event, progress, previous)
     assert dict(mapping) == event and len(mapping) == len(event)
+    entry = succeeded_entry(READER.read(CODEC.encode(RecordKind.DUE_EVENT, event)), previous)
+    assert entry == entry_after(event, Progress.SUCCEEDED, previous)
+    assert type(entry) is DedupEntry and entry.progress is Progress.SUCCEEDED
 
 
 def test_the_clock_encodes_each_millisecond_once() -> None:

@@ -234,7 +234,8 @@ def test_dedup_lets_each_replay_of_a_dead_execution_through_once() -> None:
 
 
 class FakeProducer:
-    """What prepare() and flush() need: produce, and the delivered offsets after commit."""
+    """What prepare() and flush() need: produce (one record or many, as
+    TransactionalProducer does), and the delivered offsets after commit."""
 
     def __init__(self) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
@@ -243,6 +244,11 @@ class FakeProducer:
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
     ) -> None:
         self.records.append((topic, key, value, partition))
+
+    def produce_many(
+        self, records: list[tuple[str, bytes | None, bytes | None]], partition: int | None = None
+    ) -> None:
+        self.records.extend((topic, key, value, partition) for topic, key, value in records)
 
     def delivered_offset(self, topic: str, partition: int) -> int | None:
         mine = [r for r in self.records if r[0] == topic and r[3] == partition]
