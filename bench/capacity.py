@@ -92,29 +92,13 @@ class CountingTimerHooks(service.TimerHooks):
         self._logged_at = 0.0
         self._rocksdb_logged_at = 0.0
 
-    # Count where the runtime delivers records: in runs (``on_records``) when the timer has
-    # that hook, else one by one; overriding ``on_record`` too would bypass the run path.
-    if hasattr(service.TimerHooks, "on_records"):
-
-        def on_records(
-            self, ctx: ProcessorContext, topic: str, partition: int, records: Sequence[Any]
-        ) -> None:
-            self.counts[topic] += len(records)
-            super().on_records(ctx, topic, partition, records)
-
-    else:
-
-        def on_record(
-            self,
-            ctx: ProcessorContext,
-            topic: str,
-            partition: int,
-            key: bytes | None,
-            value: bytes | None,
-            timestamp_ms: int,
-        ) -> None:
-            self.counts[topic] += 1
-            super().on_record(ctx, topic, partition, key, value, timestamp_ms)
+    # Count where the runtime delivers records: in runs (``on_records``); overriding
+    # ``on_record`` instead would put the timer back on the per-record path.
+    def on_records(
+        self, ctx: ProcessorContext, topic: str, partition: int, records: Sequence[Any]
+    ) -> None:
+        self.counts[topic] += len(records)
+        super().on_records(ctx, topic, partition, records)
 
     def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:
         super().on_punctuate(ctx, partition, now_ms)

@@ -99,10 +99,12 @@ class Codec:
         if unknown_pins:
             raise ConfigurationError(f"versions pinned for kinds without schemas: {unknown_pins}")
         self._writers: dict[RecordKind, _Writer] = {}
+        self._reader_versions: dict[RecordKind, int] = {}
         self._known: dict[bytes, _WriterSchema] = {}
         for kind, versions in parsed.items():
             writer_version = _pick_version(kind, versions, writer_versions, "writer")
             reader_version = _pick_version(kind, versions, reader_versions, "reader")
+            self._reader_versions[kind] = reader_version
             self._register(kind, versions, reader_version)
             header = SINGLE_OBJECT_MAGIC + schema_fingerprint(versions[writer_version])
             self._writers[kind] = _Writer(writer_version, header, versions[writer_version])
@@ -136,6 +138,11 @@ class Codec:
     def writer_version(self, kind: RecordKind) -> int:
         """The schema version ``encode`` writes for ``kind``."""
         return self._writer_of(kind).version
+
+    def reader_version(self, kind: RecordKind) -> int:
+        """The schema version ``decode`` resolves records of ``kind`` to."""
+        self._writer_of(kind)  # the error naming the known kinds
+        return self._reader_versions[kind]
 
     def writer_fingerprint(self, kind: RecordKind) -> bytes:
         """The 8 fingerprint bytes ``encode`` writes for ``kind`` (little-endian CRC-64-AVRO)."""

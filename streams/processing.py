@@ -12,11 +12,26 @@ from streams.state.store import Store
 from streams.state.transaction import StoreTransaction
 
 
+class InputRecord(Protocol):
+    """One consumed record as ``on_records`` sees it (a ``confluent_kafka.Message``)."""
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def offset(self) -> int | None: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
+
+
 class ProcessorHooks(Protocol):
     """The user object of a :class:`streams.processor.Processor`.
 
-    Optional extra hooks, called when defined: ``on_assigned(partition)`` once the
-    partition is restored and about to process, ``on_revoked(partition)`` after its last
+    Optional extra hooks, called when defined: ``on_records(ctx, topic, partition, records)``
+    instead of ``on_record``, with a run of consecutive records of one topic partition
+    (:class:`InputRecord` each, in offset order), which saves a call and an offset update
+    per record; ``on_assigned(partition)`` once the partition is restored and about to
+    process, ``on_revoked(partition)`` after its last
     commit (or after dropping it, when lost), before its stores close, and
     ``on_restore_progress(progress: RecoveryProgress)`` after each restore step. Hooks run
     on the processor's thread, one at a time.

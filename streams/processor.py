@@ -205,6 +205,30 @@ class Processor:
         # Each batch's first offsets are rewind points of this transaction (restored partitions
         # only: the others were just sought back, or belong to another member now).
         self._checkpoint.note_consumed({k: o for k, o in first.items() if k[1] in self._contexts})
+        on_records = getattr(self._hooks, "on_records", None)
+        if on_records is None:
+            self._process_each(ready)
+            return
+        # Runs of consecutive records of one topic partition, in consumed order: one hook
+        # call and one offset update per run instead of per record.
+        start = 0
+        while start < len(ready):
+            topic, partition = ready[start].topic() or "", ready[start].partition() or 0
+            end = start + 1
+            while (
+                end < len(ready)
+                and ready[end].partition() == partition
+                and ready[end].topic() == topic
+            ):
+                end += 1
+            run = ready[start:end]
+            self._checkpoint.record_offset(topic, partition, run[-1].offset() or 0)
+            self._call_hook(
+                "on_records", on_records, self._contexts[partition], topic, partition, run
+            )
+            start = end
+
+    def _process_each(self, ready: list[Message]) -> None:
         for message in ready:
             topic, partition = message.topic() or "", message.partition() or 0
             offset = message.offset() or 0

@@ -23,9 +23,22 @@ _EMPTY_ARRAY = b"\x00"
 _PROBE_EMITTED_MS = 1_780_000_000_123
 
 
+_ONE_BYTE = [bytes([i]) for i in range(0x80)]
+
+
 def avro_long(value: int) -> bytes:
     """``value`` as an Avro long: zig-zag, then little-endian base-128 varint."""
     zigzag = (value << 1) ^ (value >> 63)
+    if 0 <= zigzag < 0x80:
+        return _ONE_BYTE[zigzag]
+    if 0 < zigzag < 1 << 56:
+        size = (zigzag.bit_length() + 6) // 7
+        # Spread the 7-bit groups over bytes with three mask-and-shift steps, then set the
+        # continuation bits: ~25% cheaper than a loop for epoch milliseconds (6 bytes).
+        x = (zigzag & 0x0FFFFFFF) | ((zigzag & 0xFFFFFFF0000000) << 4)
+        x = (x & 0x00003FFF00003FFF) | ((x & 0x0FFFC0000FFFC000) << 2)
+        x = (x & 0x007F007F007F007F) | ((x & 0x3F803F803F803F80) << 1)
+        return (x | (0x8080808080808080 & ((1 << (8 * size - 8)) - 1))).to_bytes(size, "little")
     out = bytearray()
     while zigzag > 0x7F:
         out.append((zigzag & 0x7F) | 0x80)
@@ -88,7 +101,6 @@ def hand_prefix(header: bytes, record: Mapping[str, Any]) -> bytes:
     About three times cheaper than a generic encode; :class:`DueEventBytes` uses it only
     after proving it equal to the codec's bytes at start-up.
     """
-    retry = record["retry"]
     return b"".join(
         (
             header,
@@ -97,6 +109,16 @@ def hand_prefix(header: bytes, record: Mapping[str, Any]) -> bytes:
             avro_long(record["job_version"]),
             avro_long(record["scheduled_for_ms"]),
             avro_long(record["fire_at_ms"]),
+            _job_part(record),
+        )
+    )
+
+
+def _job_part(record: Mapping[str, Any]) -> bytes:
+    """The fields from ``attempt`` to ``tenant``: what the jobs of one kind share."""
+    retry = record["retry"]
+    return b"".join(
+        (
             avro_long(record["attempt"]),
             _avro_text(record["handler"]),
             _avro_text(record["payload"]),
@@ -113,6 +135,10 @@ def hand_prefix(header: bytes, record: Mapping[str, Any]) -> bytes:
     )
 
 
+_MAX_CACHED_PAYLOAD = 256
+_MAX_CACHED_PARTS = 4096
+
+
 class DueEventBytes:
     """Builds stored DueEvent prefixes and the per-instant tail that completes them."""
 
@@ -123,12 +149,92 @@ class DueEventBytes:
         self.hand_encoded = self.spliceable and self._layout_holds(self._hand_prefix)
         self._tail_ms = -1
         self._tail = b""
+        # Encoded attempt..tenant by their values: a bulk load's jobs share handler, retry
+        # policy and tenant, so a create encodes only its ids and times (~4x cheaper).
+        self._parts: dict[tuple[Any, ...], bytes] = {}
+        self._last_scheduled_ms: int | None = None
+        self._last_scheduled = b""
 
     def prefix(self, record: Mapping[str, Any]) -> bytes:
         """The encoded ``record`` up to (not including) ``emitted_at_ms``; needs ``spliceable``."""
-        if self.hand_encoded:
-            return hand_prefix(self._header, record)
-        return self._codec_prefix(record)
+        if not self.hand_encoded:
+            return self._codec_prefix(record)
+        return self._spliced(
+            record["execution_id"],
+            record["job_id"],
+            record["job_version"],
+            record["scheduled_for_ms"],
+            record["fire_at_ms"],
+            self._part(record, record["attempt"], record["trigger"]),
+        )
+
+    def first_attempt_prefix(
+        self, job: Mapping[str, Any], tick_ms: int, fire_at_ms: int, trigger: str
+    ) -> bytes:
+        """:meth:`prefix` of ``due_event_record(job, tick_ms, fire_at_ms, trigger, ...)``."""
+        exec_id = execution_id(job["job_id"], tick_ms)
+        if not self.hand_encoded:
+            return self._codec_prefix(
+                due_event_record(job, tick_ms, fire_at_ms, trigger, 0, exec_id)
+            )
+        part = self._part(job, 1, trigger)
+        return self._spliced(exec_id, job["job_id"], job["version"], tick_ms, fire_at_ms, part)
+
+    def _part(self, fields: Mapping[str, Any], attempt: int, trigger: str) -> bytes:
+        """The encoded ``attempt`` to ``tenant`` (cached by value: see ``_parts``)."""
+        payload = fields["payload"]
+        if len(payload) > _MAX_CACHED_PAYLOAD:
+            return _job_part({**fields, "attempt": attempt, "trigger": trigger})
+        retry = fields["retry"]
+        multiplier, jitter_ratio = retry["multiplier"], retry["jitter_ratio"]
+        if not (multiplier and jitter_ratio):  # 0.0 == -0.0 but their bytes differ
+            multiplier, jitter_ratio = _DOUBLE.pack(multiplier), _DOUBLE.pack(jitter_ratio)
+        key = (
+            attempt,
+            fields["handler"],
+            payload,
+            fields["timeout_ms"],
+            fields["priority"],
+            retry["max_attempts"],
+            retry["initial_backoff_ms"],
+            multiplier,
+            retry["max_backoff_ms"],
+            jitter_ratio,
+            trigger,
+            fields["tenant"],
+        )
+        part = self._parts.get(key)
+        if part is None:
+            if len(self._parts) >= _MAX_CACHED_PARTS:
+                self._parts.clear()
+            part = self._parts[key] = _job_part({**fields, "attempt": attempt, "trigger": trigger})
+        return part
+
+    def _spliced(
+        self,
+        exec_id: str,
+        job_id: str,
+        version: int,
+        scheduled_ms: int,
+        fire_ms: int,
+        part: bytes,
+    ) -> bytes:
+        if scheduled_ms == self._last_scheduled_ms:  # a herd or a cron tick shares it
+            scheduled = self._last_scheduled
+        else:
+            scheduled = avro_long(scheduled_ms)
+            self._last_scheduled_ms, self._last_scheduled = scheduled_ms, scheduled
+        return b"".join(
+            (
+                self._header,
+                _avro_text(exec_id),
+                _avro_text(job_id),
+                avro_long(version),
+                scheduled,
+                scheduled if fire_ms == scheduled_ms else avro_long(fire_ms),
+                part,
+            )
+        )
 
     def tail(self, emitted_at_ms: int) -> bytes:
         """The bytes that complete a prefix for a fire at ``emitted_at_ms`` (cached per ms)."""

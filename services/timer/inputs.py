@@ -30,7 +30,7 @@ def handle_input(
         if key is None:
             raise DecodeError("record has no key; every kafkron input is keyed by job id")
         if topic == env.jobs_topic:
-            job = None if value is None else env.codec.decode(RecordKind.JOB, value)
+            job = None if value is None else env.decode_job(value)
             if job is not None:
                 _check_key(key, job["job_id"])
             apply_job(scope, key, value, job)

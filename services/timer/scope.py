@@ -16,6 +16,7 @@ from services.timer.due_bytes import DueEventBytes, due_event_record
 from services.timer.settings import TimerSettings
 from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
+from streams.job_reader import JobReader
 from streams.topics import Priority, TopicNames
 
 
@@ -59,6 +60,14 @@ class TimerEnv:
     max_running_per_job: int
     one_off_retention_ms: int
     instance_id: str
+    # Decodes Job records ~2x cheaper than the codec (a create decodes one); None: the codec.
+    job_reader: JobReader | None = None
+
+    def decode_job(self, data: bytes) -> dict[str, Any]:
+        """The Job record in ``data``; raises DecodeError when it is not one."""
+        if self.job_reader is not None:
+            return self.job_reader.decode(data)
+        return self.codec.decode(RecordKind.JOB, data)
 
     @classmethod
     def from_settings(cls, settings: TimerSettings, codec: Codec | None = None) -> TimerEnv:
@@ -79,6 +88,7 @@ class TimerEnv:
             max_running_per_job=settings.max_running_per_job,
             one_off_retention_ms=settings.one_off_retention_ms,
             instance_id=settings.instance_id,
+            job_reader=JobReader(codec),
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 from services.timer.drain import drain_due
 from services.timer.inputs import handle_input
@@ -20,7 +21,7 @@ from services.timer.pacing import DrainPacer
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
 from services.timer.wheel import collect_fired
-from streams.processing import ProcessorContext
+from streams.processing import InputRecord, ProcessorContext
 from streams.processor import Processor, ProcessorOptions
 
 JOBS_STORE = "jobs"
@@ -44,8 +45,30 @@ class TimerHooks:
         timestamp_ms: int,
     ) -> None:
         """Apply one record of ``jobs``, ``job-results`` or ``retry``."""
-        # The runtime does not pass the record's offset yet; dead letters carry None.
+        # The per-record hook has no offset; dead letters carry None.
         handle_input(self._scope(ctx, _now_ms()), topic, partition, None, key, value)
+
+    def on_records(
+        self,
+        ctx: ProcessorContext,
+        topic: str,
+        partition: int,
+        records: Sequence[InputRecord],
+    ) -> None:
+        """Apply a run of records of one topic partition with one scope (one clock reading).
+
+        A subclass that overrides :meth:`on_record` (to observe each record) keeps being
+        called per record.
+        """
+        if type(self).on_record is not TimerHooks.on_record:
+            for record in records:
+                self.on_record(
+                    ctx, topic, partition, record.key(), record.value(), record.timestamp()[1]
+                )
+            return
+        scope = self._scope(ctx, _now_ms())
+        for record in records:
+            handle_input(scope, topic, partition, record.offset(), record.key(), record.value())
 
     def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:
         """Fire the partition's due entries, oldest first, at most one batch; ask for a commit.

@@ -14,20 +14,21 @@ the rule is exact.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from services.timer import keys
-from services.timer.due_bytes import due_event_record, fire_at_ms
+from services.timer.due_bytes import fire_at_ms
 from services.timer.scope import PRIORITY_INDEX, Scope
 from services.timer.wheel import is_fired, place_ms
-from streams.codec import RecordKind
-from streams.identity import execution_id
 
 _FORMAT = 1
+_FORMAT_BYTE = bytes([_FORMAT])
 _FAST = b"F"
 _SLOW = b"S"
+_FAST_HEADERS = {name: _FAST + bytes([index]) for name, index in PRIORITY_INDEX.items()}
 
 
 @dataclass(slots=True)
@@ -53,7 +54,7 @@ class TimerState:
     def job(self, scope: Scope) -> dict[str, Any]:
         """The Job record as a dict, decoded once per load."""
         if self.decoded is None:
-            self.decoded = scope.env.codec.decode(RecordKind.JOB, self.job_bytes)
+            self.decoded = scope.env.decode_job(self.job_bytes)
         return self.decoded
 
     @property
@@ -78,8 +79,10 @@ def encode_state(state: TimerState) -> bytes:
         state.completed,
         state.tombstone_fire_ms,
     ]
-    body = json.dumps(meta, separators=(",", ":")).encode()
-    return bytes([_FORMAT]) + len(body).to_bytes(4, "big") + body + state.job_bytes
+    # orjson writes the same compact JSON as json.dumps (UTF-8 instead of \u escapes, which
+    # json.loads reads too) ~10x faster: a create encodes one state.
+    body = orjson.dumps(meta)
+    return b"".join((_FORMAT_BYTE, len(body).to_bytes(4, "big"), body, state.job_bytes))
 
 
 def decode_state(data: bytes) -> TimerState:
@@ -87,7 +90,7 @@ def decode_state(data: bytes) -> TimerState:
     if not data or data[0] != _FORMAT:
         raise ValueError(f"unknown timer state format {data[:1]!r}")
     size = int.from_bytes(data[1:5], "big")
-    meta = json.loads(data[5 : 5 + size])
+    meta = orjson.loads(data[5 : 5 + size])
     queued = meta[8]
     return TimerState(
         job_id=meta[0],
@@ -166,10 +169,8 @@ def set_schedule_entry(scope: Scope, state: TimerState, tick_ms: int) -> None:
     state.sched_tick_ms, state.sched_fire_ms = tick_ms, key_ms
     state.fast = fast_allowed(scope, state)
     if state.fast:
-        record = _due_record_for(job, tick_ms, fire_ms)
-        value = (
-            _FAST + bytes([PRIORITY_INDEX[job["priority"]]]) + scope.env.due_bytes.prefix(record)
-        )
+        prefix = scope.env.due_bytes.first_attempt_prefix(job, tick_ms, fire_ms, "SCHEDULE")
+        value = _FAST_HEADERS[job["priority"]] + prefix
     else:
         value = _SLOW
     scope.wheel.set(keys.schedule_key(key_ms, state.key), value)
@@ -181,12 +182,6 @@ def clear_schedule_entry(scope: Scope, state: TimerState) -> None:
         scope.wheel.delete(keys.schedule_key(state.sched_fire_ms, state.key))
     state.sched_tick_ms = state.sched_fire_ms = None
     state.fast = False
-
-
-def _due_record_for(job: dict[str, Any], tick_ms: int, fire_ms: int) -> dict[str, Any]:
-    return due_event_record(
-        job, tick_ms, fire_ms, "SCHEDULE", 0, execution_id(job["job_id"], tick_ms)
-    )
 
 
 FAST_VALUE_HEADER = 2

@@ -5,14 +5,15 @@ together with the input offsets. librdkafka reports delivery failures asynchrono
 record that fails puts the transaction in an abortable state, so the commit fails and the
 transaction is aborted instead of committing with a lost record (a committed transaction
 proves every record in it was delivered). Changelog records get a delivery callback, which
-keeps their offsets and latches the first error; other records get none (it costs CPU).
+keeps their offsets and latches the first error (through ``produce_changelog`` only the last
+record of each partition does); other records get none (it costs CPU).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -137,15 +138,57 @@ class TransactionalProducer:
             except KafkaException as exc:
                 raise self._refused(topic, partition, exc) from exc
 
-    def _produce_when_room(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int
+    def produce_changelog(
+        self, topic: str, partition: int, items: Sequence[tuple[bytes, bytes | None]]
     ) -> None:
-        """The local queue is full: serve delivery reports until the record fits."""
+        """Write ``(key, value)`` records of one tracked topic partition, in order.
+
+        Only the last record gets a delivery callback: an idempotent producer delivers a
+        partition's records in order, so its offset is the partition's highest, and any
+        earlier record that fails makes the transaction abortable (the commit raises).
+        A callback per record would cost ~1 us each.
+        """
+        if self._error is not None:
+            raise self._error
+        if not items:
+            return
+        if not self._in_transaction:
+            self._begin()
+        produce = self._producer.produce
+        for key, value in items[:-1]:
+            try:
+                produce(topic, value, key, partition)
+            except BufferError:
+                self._produce_when_room(topic, key, value, partition, track=False)
+            except KafkaException as exc:
+                raise self._refused(topic, partition, exc) from exc
+        key, value = items[-1]
+        try:
+            produce(topic, value, key, partition, self._on_delivery)
+        except BufferError:
+            self._produce_when_room(topic, key, value, partition, track=True)
+        except KafkaException as exc:
+            raise self._refused(topic, partition, exc) from exc
+
+    def _produce_when_room(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        track: bool | None = None,
+    ) -> None:
+        """The local queue is full: serve delivery reports until the record fits.
+
+        ``track`` None: a delivery callback when ``topic`` is tracked.
+        """
         deadline = time.monotonic() + self._timeout_s
+        if track is None:
+            track = topic in self._tracked
         while True:
             self._serve("produce", lambda: self._producer.poll(0.05))
             try:
-                if topic in self._tracked:
+                if track:
                     self._producer.produce(topic, value, key, partition, self._on_delivery)
                 else:
                     self._producer.produce(topic, value, key, partition)

@@ -11,7 +11,15 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from rocksdict import ColumnFamily, Options, Rdict, ReadOptions, WriteBatch, WriteBufferManager
+from rocksdict import (
+    BlockBasedOptions,
+    ColumnFamily,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteBufferManager,
+)
 
 from streams.state.exceptions import ChangelogOffsetRegressionError, StoreClosedError
 
@@ -23,12 +31,18 @@ CHANGELOG_OFFSET_KEY = b"changelog_offset"
 
 
 _WRITE_BUFFER_BYTES = 8 << 20
+_BLOOM_BITS_PER_KEY = 10
 
 
 def _options(write_buffers: WriteBufferManager | None = None) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    # A get of a key that is not there (every create: no state yet) otherwise searches the
+    # SST files: with ~1.2 bytes of filter per key such a miss is ~5x cheaper at 1M keys.
+    table = BlockBasedOptions()
+    table.set_bloom_filter(_BLOOM_BITS_PER_KEY, False)
+    options.set_block_based_table_factory(table)
     if write_buffers is not None:
         # Memtables (64 MiB each by default) otherwise hold a whole partition's pending
         # jobs in memory: bounded, the data lives in SST files and the OS page cache.

@@ -25,7 +25,11 @@ class TransactionStatus(StrEnum):
 
 
 class ChangelogWriter(Protocol):
-    """Where ``prepare()`` sends changelog records (the transactional producer)."""
+    """Where ``prepare()`` sends changelog records (the transactional producer).
+
+    A writer that also has ``produce_changelog(topic, partition, items)`` gets all of a
+    transaction's records in one call (the producer then tracks one delivery per partition).
+    """
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
@@ -39,6 +43,9 @@ class StoreTransaction:
         self.store = store
         self.status = TransactionStatus.STARTED
         self._updates: dict[bytes, bytes | None] = {}
+        # The smallest key written: a range scan ending at or below it has no pending
+        # writes to merge (a timer's due scan while it takes in far-future jobs).
+        self._low_key: bytes | None = None
 
     @property
     def dirty(self) -> bool:
@@ -47,28 +54,34 @@ class StoreTransaction:
 
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` as this transaction sees it."""
-        self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
+        if self.status is not TransactionStatus.STARTED:  # the common case, checked inline
+            self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         if key in self._updates:
             return self._updates[key]
         return self.store.get(key)
 
     def set(self, key: bytes, value: bytes) -> None:
         """Write ``value`` under ``key``."""
-        self._check(TransactionStatus.STARTED)
+        if self.status is not TransactionStatus.STARTED:
+            self._check(TransactionStatus.STARTED)
         if not isinstance(key, bytes) or not isinstance(value, bytes):
             self.status = TransactionStatus.FAILED
             raise TypeError(f"keys and values are bytes, got {type(key)} and {type(value)}")
         self._updates[key] = value
+        if self._low_key is None or key < self._low_key:
+            self._low_key = key
 
     def delete(self, key: bytes) -> None:
         """Delete ``key`` (a tombstone on the changelog)."""
         self._check(TransactionStatus.STARTED)
         self._updates[key] = None
+        if self._low_key is None or key < self._low_key:
+            self._low_key = key
 
     def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` items with ``start <= key < end`` in key order, writes included."""
         self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
-        if not self._updates:
+        if self._low_key is None or end <= self._low_key:
             return self.store.scan(start, end, limit)
         pending = sorted(k for k in self._updates if start <= k < end)
         deletes = sum(1 for k in pending if self._updates[k] is None)
@@ -80,8 +93,12 @@ class StoreTransaction:
         """Produce every dirty key to the changelog partition with this partition's number."""
         with self._step(TransactionStatus.STARTED):
             topic, partition = self.store.changelog_topic, self.store.partition
-            for key, value in self._updates.items():
-                changelog.produce(topic, key, value, partition)
+            produce_changelog = getattr(changelog, "produce_changelog", None)
+            if produce_changelog is not None:
+                produce_changelog(topic, partition, list(self._updates.items()))
+            else:
+                for key, value in self._updates.items():
+                    changelog.produce(topic, key, value, partition)
             self.status = TransactionStatus.PREPARED
 
     def flush(self, changelog_offset: int | None) -> None:
@@ -99,6 +116,7 @@ class StoreTransaction:
     def discard(self) -> None:
         """Drop every write (the Kafka transaction was aborted); the transaction is FAILED."""
         self._updates.clear()
+        self._low_key = None
         self.status = TransactionStatus.FAILED
 
     def _merge(

@@ -65,6 +65,54 @@ def test_delivered_offsets_are_kept_for_tracked_topics(kafka_settings: KafkaSett
         producer.close()
 
 
+def test_changelog_batches_track_the_last_offset_of_their_partition(
+    kafka_settings: KafkaSettings,
+) -> None:
+    log = kafka_settings.namespace + "log"
+    create_topics(kafka_settings, [log])
+    producer = TransactionalProducer(kafka_settings, "changelog", tracked_topics=[log])
+    producer.init()
+    try:
+        producer.produce_changelog(log, 1, [(b"a", b"1"), (b"b", None), (b"c", b"3")])
+        producer.produce_changelog(log, 3, [(b"d", b"4")])
+        producer.produce_changelog(log, 1, [])  # nothing to write: no transaction state change
+        producer.commit()
+        assert producer.delivered_offset(log, 1) == 2
+        assert producer.delivered_offset(log, 3) == 0
+        producer.produce_changelog(log, 1, [(b"e", b"5"), (b"f", b"6")])
+        producer.commit()
+        assert producer.delivered_offset(log, 1) == 5  # offset 3 is the commit marker
+    finally:
+        producer.close()
+    records = [(r.partition, r.offset, r.key, r.value) for r in read_committed(kafka_settings, log)]
+    assert sorted(records) == [
+        (1, 0, b"a", b"1"),
+        (1, 1, b"b", None),
+        (1, 2, b"c", b"3"),
+        (1, 4, b"e", b"5"),
+        (1, 5, b"f", b"6"),
+        (3, 0, b"d", b"4"),
+    ]
+
+
+def test_a_failed_untracked_changelog_record_fails_the_commit(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """Only the last record of a batch has a callback; an earlier one failing still aborts."""
+    small = kafka_settings.namespace + "small"
+    create_topics(kafka_settings, [small], config={"max.message.bytes": "1000"})
+    producer = TransactionalProducer(kafka_settings, "changelog-fail", tracked_topics=[small])
+    producer.init()
+    try:
+        producer.produce_changelog(small, 0, [(b"k", b"x" * 5000), (b"k", b"fits")])
+        with pytest.raises(KafkaOperationError):
+            producer.commit()
+        producer.abort()
+    finally:
+        producer.close()
+    assert read_committed(kafka_settings, small) == []
+
+
 def test_fenced_producer_is_replaced_on_abort(kafka_settings: KafkaSettings) -> None:
     topic = kafka_settings.namespace + "out"
     create_topics(kafka_settings, [topic])

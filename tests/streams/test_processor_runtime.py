@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from streams.processing import ProcessorContext, ProcessorHookError
+from streams.processing import InputRecord, ProcessorContext, ProcessorHookError
 from streams.processor import Processor, ProcessorOptions
 from streams.settings import KafkaSettings
 from streams.state.changelog import changelog_topic
@@ -66,6 +66,29 @@ class Hooks:
         self.revoked.append(partition)
 
 
+class BatchHooks(Hooks):
+    """The same hooks given runs of records of one topic partition (``on_records``)."""
+
+    def __init__(self, output: str, poison: bytes | None = None) -> None:
+        super().__init__(output, poison)
+        self.runs: list[tuple[str, int, list[int]]] = []
+
+    def on_records(
+        self,
+        ctx: ProcessorContext,
+        topic: str,
+        partition: int,
+        records: Sequence[InputRecord],
+    ) -> None:
+        offsets = [record.offset() or 0 for record in records]
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))  # no gap, in order
+        self.runs.append((topic, partition, offsets))
+        for record in records:
+            self.on_record(
+                ctx, topic, partition, record.key(), record.value(), record.timestamp()[1]
+            )
+
+
 @pytest.fixture
 def io(kafka_settings: KafkaSettings) -> tuple[str, str]:
     names = (kafka_settings.namespace + "in", kafka_settings.namespace + "out")
@@ -105,15 +128,16 @@ def make(settings: KafkaSettings, io: tuple[str, str], hooks: Hooks, **opts: int
     return Processor(settings, GROUP, "one", [io[0]], ["sums"], hooks, options)
 
 
+@pytest.mark.parametrize("hooks_class", [Hooks, BatchHooks])
 def test_process_commit_restore_and_punctuate(
-    kafka_settings: KafkaSettings, io: tuple[str, str], tmp_path: Path
+    kafka_settings: KafkaSettings, io: tuple[str, str], tmp_path: Path, hooks_class: type[Hooks]
 ) -> None:
     records = [(b"k%d" % (i % 20), b"%d" % i) for i in range(400)]
     produce_keyed(kafka_settings, io[0], records)
     expected = {k: 0 for k, _ in records}
     for k, v in records:
         expected[k] += int(v)
-    hooks = Hooks(io[1])
+    hooks = hooks_class(io[1])
     processor = make(kafka_settings, io, hooks)
     with running(processor) as errors:
         wait_for(lambda: sum(committed_offsets(kafka_settings, GROUP, io[0]).values()) == 400)
@@ -121,6 +145,9 @@ def test_process_commit_restore_and_punctuate(
     assert not errors and sorted(hooks.assigned) == [0, 1, 2, 3]
     assert sorted(hooks.revoked) == [0, 1, 2, 3]  # a clean stop revokes (after committing)
     assert hooks.punctuated == {0, 1, 2, 3}
+    if isinstance(hooks, BatchHooks):  # every record came in a run, most runs of several
+        assert sum(len(offsets) for _, _, offsets in hooks.runs) == 400
+        assert max(len(offsets) for _, _, offsets in hooks.runs) > 1
     totals = {r.key: int(r.value or b"0") for r in read_committed(kafka_settings, io[1])}
     assert {k: v for k, v in totals.items() if k != b"tick"} == expected
 
@@ -149,20 +176,22 @@ def test_process_commit_restore_and_punctuate(
         store.close()
 
 
+@pytest.mark.parametrize("hooks_class", [Hooks, BatchHooks])
 def test_hook_error_aborts_and_stops_without_losing_records(
-    kafka_settings: KafkaSettings, io: tuple[str, str]
+    kafka_settings: KafkaSettings, io: tuple[str, str], hooks_class: type[Hooks]
 ) -> None:
     produce_keyed(kafka_settings, io[0], [(b"k%d" % i, b"1") for i in range(50)])
     produce_keyed(kafka_settings, io[0], [(b"k7", b"poison")])
     produce_keyed(kafka_settings, io[0], [(b"k%d" % i, b"1") for i in range(50)])
-    processor = make(kafka_settings, io, Hooks(io[1], poison=b"poison"), commit_interval_ms=60_000)
+    poisoned = hooks_class(io[1], poison=b"poison")
+    processor = make(kafka_settings, io, poisoned, commit_interval_ms=60_000)
     with running(processor) as errors:
         wait_for(lambda: bool(errors))
     assert isinstance(errors[0], ProcessorHookError) and "cannot handle" in str(errors[0])
     assert committed_offsets(kafka_settings, GROUP, io[0]) == {p: 0 for p in range(4)}
     assert not [r for r in read_committed(kafka_settings, io[1]) if r.key != b"tick"]
 
-    fixed = make(kafka_settings, io, Hooks(io[1], poison=None))
+    fixed = make(kafka_settings, io, hooks_class(io[1], poison=None))
     fixed._hooks.on_record = skip_poison(fixed._hooks.on_record)  # type: ignore[method-assign]
     with running(fixed) as errors:
         wait_for(lambda: sum(committed_offsets(kafka_settings, GROUP, io[0]).values()) == 101)

@@ -514,3 +514,28 @@ def test_no_drift_across_dst_in_new_york() -> None:
         chained.append(tick_ms)
     # In real time a */5 job with a '*' hour fires every 5 minutes straight through the fold.
     assert chained == [utc_ms("2026-10-31T20:05") + 300_000 * k for k in range(1000)]
+
+
+@settings(PROPERTY_SETTINGS, max_examples=80)
+@given(
+    cron=crons(dense=True),
+    where=windows_near_transitions(max_lead_ms=HOUR_MS, always_near=True),
+    fold=st.sampled_from(list(FoldPolicy)),
+    offsets_ms=st.lists(st.integers(-HOUR_MS, 3 * HOUR_MS), min_size=1, max_size=30),
+)
+def test_a_remembered_answer_equals_a_fresh_computation(
+    cron: Cron, where: tuple[str, int], fold: FoldPolicy, offsets_ms: list[int]
+) -> None:
+    """next_fire_after reuses its last answer for later anchors before that tick (bulk loads
+    of one schedule ask with nearby anchors): any sequence of anchors near a DST change gets
+    what a spec that never answered before computes."""
+    zone_name, around_ms = where
+    shared = parse_cron(cron.text, zone_name, fold_policy=fold)
+    for offset_ms in offsets_ms:
+        fresh = parse_cron(cron.text, zone_name, fold_policy=fold)
+        after_ms = around_ms + offset_ms
+        assert next_fire_after(shared, after_ms) == next_fire_after(fresh, after_ms)
+        tick_ms = next_fire_after(fresh, after_ms)
+        if tick_ms is not None:  # an anchor just before the answer, then the answer itself
+            assert next_fire_after(shared, tick_ms - 1) == tick_ms
+            assert next_fire_after(shared, tick_ms) == next_fire_after(fresh, tick_ms)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from services.timer.due_bytes import DueEventBytes, avro_long, due_event_record, hand_prefix
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from streams.identity import execution_id
 
 CODEC = Codec.from_directory()
 BYTES = DueEventBytes(CODEC)
@@ -59,3 +60,41 @@ def test_spliced_bytes_equal_the_codec_bytes(
     header = SINGLE_OBJECT_MAGIC + CODEC.writer_fingerprint(RecordKind.DUE_EVENT)
     assert hand_prefix(header, record) + avro_long(emitted) + b"\x00" == expected
     assert CODEC.decode(RecordKind.DUE_EVENT, expected) == record
+
+
+@given(
+    job=jobs,
+    tick=longs,
+    fire_at=longs,
+    trigger=st.sampled_from(["SCHEDULE", "MANUAL", "RETRY", "REPLAY", "DAG", "BACKFILL"]),
+)
+def test_first_attempt_prefix_equals_the_prefix_of_its_record(
+    job: dict[str, Any], tick: int, fire_at: int, trigger: str
+) -> None:
+    """Built from the job without the record dict, twice (the second from the part cache)."""
+    record = due_event_record(job, tick, fire_at, trigger, 0, execution_id(job["job_id"], tick))
+    for _ in range(2):
+        assert BYTES.first_attempt_prefix(job, tick, fire_at, trigger) == BYTES.prefix(record)
+    assert BYTES.prefix(record) == CODEC.encode(RecordKind.DUE_EVENT, record)[:-2]
+
+
+def test_large_payloads_are_spliced_without_the_part_cache() -> None:
+    job = {
+        "job_id": "big",
+        "version": 1,
+        "handler": "h",
+        "payload": bytes(range(256)) * 4,
+        "timeout_ms": 1,
+        "priority": "LOW",
+        "retry": {
+            "max_attempts": 1,
+            "initial_backoff_ms": 1,
+            "multiplier": -0.0,
+            "max_backoff_ms": 1,
+            "jitter_ratio": 0.0,
+        },
+        "tenant": "t",
+    }
+    record = due_event_record(job, 5, 6, "MANUAL", 7, execution_id("big", 5))
+    expected = CODEC.encode(RecordKind.DUE_EVENT, record)
+    assert BYTES.first_attempt_prefix(job, 5, 6, "MANUAL") + BYTES.tail(7) == expected

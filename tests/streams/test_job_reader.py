@@ -1,0 +1,206 @@
+"""The fast Job reader decodes exactly what the codec decodes, or leaves the record to it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import SCHEMA_DIR
+from streams.codec import HEADER_LEN, Codec, RecordKind
+from streams.exceptions import DecodeError
+from streams.job_reader import JobReader
+
+CODEC = Codec.from_directory()
+READER = JobReader(CODEC)
+longs = st.integers(-(2**63), 2**63 - 1)
+ints = st.integers(-(2**31), 2**31 - 1)
+texts = st.text(max_size=12)
+
+crons = st.fixed_dictionaries(
+    {
+        "expression": texts,
+        "timezone": texts,
+        "start_ms": st.none() | longs,
+        "end_ms": st.none() | longs,
+        "fold_policy": st.sampled_from(["AUTO", "FIRST", "EVERY"]),
+    }
+)
+jobs = st.fixed_dictionaries(
+    {
+        "job_id": texts,
+        "version": longs,
+        "status": st.sampled_from(["SCHEDULED", "PAUSED", "CANCELLED", "COMPLETED"]),
+        "handler": texts,
+        "payload": st.binary(max_size=20),
+        "run_at_ms": st.none() | longs,
+        "cron": st.none() | crons,
+        "depends_on": st.lists(texts, max_size=3),
+        "priority": st.sampled_from(["HIGH", "NORMAL", "LOW"]),
+        "timeout_ms": longs,
+        "retry": st.fixed_dictionaries(
+            {
+                "max_attempts": ints,
+                "initial_backoff_ms": longs,
+                "multiplier": st.floats(allow_nan=False),
+                "max_backoff_ms": longs,
+                "jitter_ratio": st.floats(allow_nan=False),
+            }
+        ),
+        "overlap": st.sampled_from(["SKIP", "QUEUE_ONE", "ALLOW", "REPLACE"]),
+        "catchup": st.sampled_from(["ALL", "LATEST", "NONE"]),
+        "catchup_window_ms": longs,
+        "jitter_ms": longs,
+        "tenant": texts,
+        "labels": st.dictionaries(texts, texts, max_size=3),
+        "manual_fire_at_ms": st.none() | longs,
+        "idempotency_key": st.none() | texts,
+        # Often a text ending in a non-ASCII character: the byte before the timestamps then
+        # looks like a varint continuation byte (the reader's cache must not be fooled).
+        "request_hash": st.none() | texts | texts.map(lambda t: t + "é"),
+        "created_at_ms": longs,
+        "updated_at_ms": longs,
+    }
+)
+
+
+def test_the_reader_is_proven_and_enabled_for_the_shipped_schema() -> None:
+    assert READER.enabled
+
+
+@settings(max_examples=300, deadline=None)
+@given(job=jobs, others=st.lists(jobs, max_size=3))
+def test_decodes_exactly_what_the_codec_decodes(
+    job: dict[str, Any], others: list[dict[str, Any]]
+) -> None:
+    for record in [job, *others, job]:  # the repeat is read with the shared fields cached
+        data = CODEC.encode(RecordKind.JOB, record)
+        assert READER.decode(data) == CODEC.decode(RecordKind.JOB, data) == record
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    job=jobs,
+    ids=st.lists(st.tuples(texts, longs, st.none() | longs, longs, longs), min_size=2, max_size=5),
+)
+def test_jobs_differing_in_id_version_run_time_and_stamps_share_one_cache_entry(
+    job: dict[str, Any], ids: list[tuple[str, int, int | None, int, int]]
+) -> None:
+    reader = JobReader(CODEC)
+    for job_id, version, run_at_ms, created_ms, updated_ms in ids:
+        record = {
+            **job,
+            "job_id": job_id,
+            "version": version,
+            "run_at_ms": run_at_ms,
+            "created_at_ms": created_ms,
+            "updated_at_ms": updated_ms,
+        }
+        data = CODEC.encode(RecordKind.JOB, record)
+        assert reader.decode(data) == record
+    assert len(reader._bodies) <= 1 and len(reader._shared) <= 1
+
+
+def test_decoded_records_share_no_containers() -> None:
+    cron = {
+        "expression": "* * * * *",
+        "timezone": "UTC",
+        "start_ms": None,
+        "end_ms": None,
+        "fold_policy": "AUTO",
+    }
+    record = {**_one_off(), "labels": {"team": "a"}, "cron": cron, "depends_on": ["u"]}
+    data = CODEC.encode(RecordKind.JOB, record)
+    first, second = READER.decode(data), READER.decode(data)
+    first["retry"]["max_attempts"] = 99
+    first["labels"]["team"] = "changed"
+    first["depends_on"].append("x")
+    first["cron"]["timezone"] = "Europe/Berlin"
+    assert second == record == READER.decode(data)
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda data: data[:-1],  # truncated
+        lambda data: data[:-2],  # half a stamp
+        lambda data: data[:-12],  # no stamps at all
+        lambda data: data + b"\x00",  # trailing byte
+        lambda data: data[:HEADER_LEN] + b"\x7f" + data[HEADER_LEN + 1 :],  # bad job_id length
+        lambda data: b"",
+        lambda data: b"\x00\x01" + data[2:],  # bad magic
+        lambda data: data[:2] + bytes(8) + data[HEADER_LEN:],  # unknown fingerprint
+    ],
+)
+def test_garbage_raises_the_codec_decode_error(mangle: Any) -> None:
+    data = mangle(CODEC.encode(RecordKind.JOB, _one_off()))
+    with pytest.raises(DecodeError) as expected:
+        CODEC.decode(RecordKind.JOB, data)
+    with pytest.raises(DecodeError) as raised:
+        READER.decode(data)
+    assert str(raised.value) == str(expected.value)
+
+
+def test_a_record_of_another_kind_is_refused_like_the_codec_does() -> None:
+    result = {
+        "execution_id": "a@1",
+        "job_id": "a",
+        "scheduled_for_ms": 1,
+        "status": "SUCCEEDED",
+        "recorded_at_ms": 2,
+    }
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, result)
+    with pytest.raises(DecodeError, match="expected a job record"):
+        READER.decode(data)
+
+
+def test_a_codec_that_resolves_job_records_disables_the_reader() -> None:
+    """Records of an older writer schema need resolution: the reader leaves them alone."""
+    current = json.loads((SCHEMA_DIR / "job.v1.avsc").read_text())
+    newer = copy.deepcopy(current)
+    newer["fields"].append({"name": "note", "type": "string", "default": ""})
+    schemas = {kind: {1: json.loads((SCHEMA_DIR / f"{kind.value}.v1.avsc").read_text())}
+               for kind in RecordKind}  # fmt: skip
+    schemas[RecordKind.JOB] = {1: current, 2: newer}
+    old_writer = Codec(schemas, writer_versions={RecordKind.JOB: 1})
+    reader = JobReader(old_writer)
+    assert not reader.enabled
+    data = old_writer.encode(RecordKind.JOB, _one_off())
+    assert reader.decode(data) == {**_one_off(), "note": ""}
+
+
+def _one_off() -> dict[str, Any]:
+    return {
+        "job_id": "job-1",
+        "version": 1,
+        "status": "SCHEDULED",
+        "handler": "bench.noop",
+        "payload": b"",
+        "run_at_ms": 1_790_000_000_000,
+        "cron": None,
+        "depends_on": [],
+        "priority": "NORMAL",
+        "timeout_ms": 60_000,
+        "retry": {
+            "max_attempts": 3,
+            "initial_backoff_ms": 1000,
+            "multiplier": 2.0,
+            "max_backoff_ms": 300_000,
+            "jitter_ratio": 0.1,
+        },
+        "overlap": "SKIP",
+        "catchup": "LATEST",
+        "catchup_window_ms": 86_400_000,
+        "jitter_ms": 0,
+        "tenant": "default",
+        "labels": {},
+        "manual_fire_at_ms": None,
+        "idempotency_key": None,
+        "request_hash": None,
+        "created_at_ms": 1_780_000_000_000,
+        "updated_at_ms": 1_780_000_000_000,
+    }
