@@ -180,9 +180,10 @@ def test_sigkill_during_a_herd_loses_no_fire_and_repeats_keep_their_ids(
     topics: KafkaSettings, reader: DueReader, tmp_path: Path
 ) -> None:
     count = 20_000
-    # Small batches, committed every 20 ms while behind (default 250 ms): the herd drains
-    # over many transactions, so the kill lands mid-drain.
-    small = {"KAFKRON_TIMER_BATCH_SIZE": "500", "KAFKRON_TIMER_BACKLOG_COMMIT_INTERVAL_MS": "20"}
+    # Small batches (100 per partition per 10 ms punctuation: at least 0.5 s of draining),
+    # committed every 20 ms while behind (default 250 ms): the herd drains over many
+    # transactions, so the kill lands mid-drain even when this test process is starved.
+    small = {"KAFKRON_TIMER_BATCH_SIZE": "100", "KAFKRON_TIMER_BACKLOG_COMMIT_INTERVAL_MS": "20"}
     timer = TimerProcess(topics, "timer-herd", tmp_path, **small).start()
     try:
         wait_until_live(topics, reader)
