@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from services.executor.result_bytes import avro_long, avro_string
+from streams.avro_binary import avro_long, avro_string
 from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.records import Trigger
 from streams.topics import Priority

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from streams.avro_binary import avro_long, avro_string
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.records import ExecutionStatus, Trigger
 
@@ -29,25 +30,6 @@ if TYPE_CHECKING:
 
 _NULL = b"\x00"
 _SOME = b"\x02"  # union branch 1, zig-zag encoded
-_SMALL = [bytes([i << 1]) for i in range(64)]  # 0..63 zig-zag to one byte
-
-
-def avro_long(value: int) -> bytes:
-    """``value`` as an Avro int or long: zig-zag, then little-endian base-128 varint."""
-    if 0 <= value < 64:
-        return _SMALL[value]
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
-
-
-def avro_string(value: str) -> bytes:
-    data = value.encode()
-    return avro_long(len(data)) + data
 
 
 def _optional_string(value: str | None) -> bytes:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schemas import SCHEMA_DIR
+from streams.avro_binary import avro_bytes, avro_long
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
 
 # Record fields encoded per job, with the Avro types this module encodes them as.
@@ -27,42 +28,6 @@ PER_JOB_FIELDS: dict[str, Any] = {
 }
 
 NULL_BRANCH, LONG_BRANCH = b"\x00", b"\x02"  # union branch 0 (null) and branch 1
-
-
-def _varint(z: int) -> bytes:
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-_HIGH_GROUPS: dict[int, bytes] = {}
-SMALL_VARINTS = [_varint(z) for z in range(0x4000)]  # every 1- and 2-byte varint
-
-
-def avro_long(n: int) -> bytes:
-    """Zig-zag varint of a long, as Avro writes it.
-
-    Timestamps and versions are large and close together, so the varint of all but their
-    lowest 14 bits is cached (the hot path encodes three such numbers per job).
-    """
-    z = (n << 1) ^ (n >> 63)
-    if z < 0x4000:
-        return SMALL_VARINTS[z]
-    high = z >> 14
-    tail = _HIGH_GROUPS.get(high)
-    if tail is None:
-        if len(_HIGH_GROUPS) > 4096:
-            _HIGH_GROUPS.clear()
-        tail = _HIGH_GROUPS[high] = _varint(high)
-    return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80)) + tail
-
-
-def avro_bytes(data: bytes) -> bytes:
-    """Avro bytes (or an encoded string): length, then the data."""
-    return avro_long(len(data)) + data
 
 
 def avro_value(schema: Any, value: Any, named: Mapping[str, Any]) -> bytes:

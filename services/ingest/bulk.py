@@ -32,10 +32,7 @@ from services.ingest.avro_binary import (
     KNOWN_ORDER,
     LONG_BRANCH,
     NULL_BRANCH,
-    SMALL_VARINTS,
     JobLayout,
-    avro_bytes,
-    avro_long,
     encode_per_job_field,
 )
 from services.ingest.commands import submit_record
@@ -47,6 +44,7 @@ from services.ingest.validation import (
     parse_job_create,
     to_epoch_ms,
 )
+from streams.avro_binary import avro_bytes, avro_long
 from streams.codec import Codec, RecordKind
 
 log = logging.getLogger(__name__)
@@ -216,7 +214,7 @@ class BulkJobBuilder:
             id_bytes = job_id.encode()  # validated ASCII, at most 128 bytes: a 1-2 byte length
             when = NULL_BRANCH if run_at is None else LONG_BRANCH + avro_long(run_at)
             encoded = b"".join((
-                c[0], SMALL_VARINTS[len(id_bytes) << 1], id_bytes, c[1], avro_long(now_us), c[2],
+                c[0], avro_long(len(id_bytes)), id_bytes, c[1], avro_long(now_us), c[2],
                 avro_bytes(payload), c[3], when, c[4], stamp, c[5], stamp, c[6],
             ))  # fmt: skip
         else:

@@ -16,35 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from services.timer.policies import jitter_offset_ms
+from streams.avro_binary import avro_long
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.identity import execution_id
 
 _EMPTY_ARRAY = b"\x00"
 _PROBE_EMITTED_MS = 1_780_000_000_123
-
-
-_ONE_BYTE = [bytes([i]) for i in range(0x80)]
-
-
-def avro_long(value: int) -> bytes:
-    """``value`` as an Avro long: zig-zag, then little-endian base-128 varint."""
-    zigzag = (value << 1) ^ (value >> 63)
-    if 0 <= zigzag < 0x80:
-        return _ONE_BYTE[zigzag]
-    if 0 < zigzag < 1 << 56:
-        size = (zigzag.bit_length() + 6) // 7
-        # Spread the 7-bit groups over bytes with three mask-and-shift steps, then set the
-        # continuation bits: ~25% cheaper than a loop for epoch milliseconds (6 bytes).
-        x = (zigzag & 0x0FFFFFFF) | ((zigzag & 0xFFFFFFF0000000) << 4)
-        x = (x & 0x00003FFF00003FFF) | ((x & 0x0FFFC0000FFFC000) << 2)
-        x = (x & 0x007F007F007F007F) | ((x & 0x3F803F803F803F80) << 1)
-        return (x | (0x8080808080808080 & ((1 << (8 * size - 8)) - 1))).to_bytes(size, "little")
-    out = bytearray()
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
 
 
 def fire_at_ms(job: Mapping[str, Any], tick_ms: int) -> int:

@@ -13,9 +13,10 @@ from schemas import SCHEMA_DIR
 from services.executor.dedup import DedupEntry, Progress, entry_after, skip_reason
 from services.executor.due_view import DueEventMapping, DueReader, DueView, decode_long
 from services.executor.outcomes import attempt_outputs, started_result
-from services.executor.result_bytes import AvroClock, ResultEncoder, avro_long
+from services.executor.result_bytes import AvroClock, ResultEncoder
 from services.executor.runner import RunOutcome, RunStatus
 from services.executor.runs import succeeded_entry
+from streams.avro_binary import avro_long
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.records import ExecutionStatus, Trigger

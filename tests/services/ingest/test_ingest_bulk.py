@@ -15,10 +15,10 @@ from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.ingest.avro_binary import avro_long
 from services.ingest.bulk import BulkJobBuilder, _Shape, fast_job_ids
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
+from streams.avro_binary import avro_long
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
 

@@ -7,7 +7,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.timer.due_bytes import DueEventBytes, avro_long, due_event_record, hand_prefix
+from services.timer.due_bytes import DueEventBytes, due_event_record, hand_prefix
+from streams.avro_binary import avro_long
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.identity import execution_id
 
