@@ -10,18 +10,9 @@ broker far less per fire (markers, EndTxn) than one per punctuation round.
 Collecting fired fast entries (a RocksDB delete and a changelog tombstone each) is
 deferred work: it waits while any partition is behind and is paced by a token bucket of
 ``collect_per_s``, so that after a herd of a million it never crowds out fresh fires.
-A collection that found fewer entries than it was allowed has cleared everything below the
-watermark it scanned to: the pacer remembers that key per partition, so the next idle
-punctuation scans only from it (and not at all while the watermark stays put) instead of
-stepping over every deletion marker of earlier collections 100 times a second. Should the
-transaction carrying those deletes abort, the entries come back below that key; they are
-harmless (below the watermark a fast entry counts as fired) and a full rescan every
-``RESCAN_MS`` collects them.
 """
 
 from __future__ import annotations
-
-RESCAN_MS = 60_000
 
 
 class DrainPacer:
@@ -36,7 +27,6 @@ class DrainPacer:
         self._behind: set[int] = set()  # partitions whose last drain stopped at its budget
         self._tokens = float(batch_size)
         self._refilled_ms: int | None = None
-        self._clean_below: dict[int, tuple[bytes, int]] = {}  # key, when found clean
 
     def commit_within_ms(self, partition: int, emitted: int) -> int | None:
         """How soon the transaction should commit after this drain (None: no need)."""
@@ -62,23 +52,6 @@ class DrainPacer:
         """Spend tokens for ``count`` collected entries."""
         self._tokens = max(0.0, self._tokens - count)
 
-    def collect_start(self, partition: int, now_ms: int) -> bytes:
-        """The key a collection of ``partition`` may start from (b"": from the first key)."""
-        clean = self._clean_below.get(partition)
-        if clean is None or now_ms - clean[1] >= RESCAN_MS:
-            return b""
-        return clean[0]
-
-    def collection_done(
-        self, partition: int, scanned_to: bytes, count: int, limit: int, now_ms: int
-    ) -> None:
-        """Record a collection: below ``scanned_to`` all is collected if it found < ``limit``."""
-        if count < limit:
-            clean = self._clean_below.get(partition)
-            since_ms = now_ms if clean is None or clean[1] + RESCAN_MS <= now_ms else clean[1]
-            self._clean_below[partition] = (scanned_to, since_ms)
-
     def forget(self, partition: int) -> None:
         """The partition is gone (revoked or lost)."""
         self._behind.discard(partition)
-        self._clean_below.pop(partition, None)

@@ -20,7 +20,7 @@ from services.timer.inputs import handle_input
 from services.timer.pacing import DrainPacer
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
-from services.timer.wheel import collect_fired, watermark
+from services.timer.wheel import collect_fired
 from streams.processing import InputRecord, ProcessorContext
 from streams.processor import Processor, ProcessorOptions
 
@@ -83,10 +83,7 @@ class TimerHooks:
         if not emitted:
             limit = self.pacer.collect_limit(now_ms)
             if limit > 0:
-                start = self.pacer.collect_start(partition, now_ms)
-                count = collect_fired(scope, limit, start)
-                self.pacer.collected(count)
-                self.pacer.collection_done(partition, watermark(scope), count, limit, now_ms)
+                self.pacer.collected(collect_fired(scope, limit))
 
     def on_revoked(self, partition: int) -> None:
         """Forget the partition's drain progress."""

@@ -47,16 +47,12 @@ def save_watermark(scope: Scope) -> None:
         scope.jobs.set(WATERMARK_KEY, scope.fired_through)
 
 
-def collect_fired(scope: Scope, limit: int, start: bytes = b"") -> int:
-    """Delete up to ``limit`` fired fast entries in [``start``, watermark); returns how many.
-
-    ``start`` lets a caller that knows everything below it was collected skip the scan over
-    RocksDB's deletion markers of earlier collections (most of a scan's cost after a herd).
-    """
+def collect_fired(scope: Scope, limit: int) -> int:
+    """Delete up to ``limit`` fired fast entries below the watermark; returns how many."""
     mark = watermark(scope)
-    if not mark or start >= mark:
+    if not mark:
         return 0
-    leftovers = scope.wheel.iter_range(start, mark, limit)
+    leftovers = scope.wheel.iter_range(b"", mark, limit)
     count = 0
     for key, _ in leftovers:
         scope.wheel.delete(key)

@@ -6,12 +6,9 @@ of ``test_timer_logic``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.timer.drain import drain_due
-from services.timer.pacing import RESCAN_MS, DrainPacer
+from services.timer.pacing import DrainPacer
 from services.timer.scope import Scope
-from services.timer.service import JOBS_STORE, TimerHooks
 from services.timer.wheel import WATERMARK_KEY
 from tests.services.timer.test_timer_logic import T0, Timer, cron_job, one_off
 
@@ -67,62 +64,3 @@ def test_bulk_output_emits_what_one_by_one_emits_in_the_same_order() -> None:
         if bulk:
             assert batches == [10, 30]  # the cron's DueEvent went out between them
     assert outputs[0] == outputs[1] and outputs[0][0] == 41
-
-
-class _Ctx:
-    """The four ProcessorContext calls the timer's punctuation uses, over the fakes."""
-
-    def __init__(self, timer: Timer) -> None:
-        self.timer = timer
-
-    def store(self, name: str) -> object:
-        return self.timer.jobs if name == JOBS_STORE else self.timer.wheel
-
-    def produce(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        self.timer.out.append((topic, key, value))
-
-    def produce_many(self, records: list[tuple[str, bytes | None, bytes | None]]) -> None:
-        self.timer.out.extend(records)
-
-    def request_commit(self, within_ms: int = 0) -> None:
-        pass
-
-
-def test_idle_collection_resumes_from_the_collected_key_and_rescans_now_and_then() -> None:
-    """After a herd, collection stops re-scanning deletion markers from the first key."""
-    timer = Timer(batch_size=100)
-    for i in range(50):
-        timer.submit(one_off(f"h{i:03d}", T0 + 1_000), T0)
-    pacer = DrainPacer(batch_size=20, backlog_commit_interval_ms=250, collect_per_s=10**9)
-    hooks = TimerHooks(timer.env, pacer)
-    ctx: Any = _Ctx(timer)
-    starts: list[bytes] = []
-    scan = timer.wheel.iter_range
-
-    def recording_scan(start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
-        if end == timer.jobs.get(WATERMARK_KEY):  # a collection (a drain ends at a due bound)
-            starts.append(start)
-        return scan(start, end, limit)
-
-    timer.wheel.iter_range = recording_scan  # type: ignore[method-assign]
-    hooks.on_punctuate(ctx, 0, T0 + 1_000)  # fires the herd (fast entries stay, fired)
-    assert len(timer.dues()) == 50 and len(timer.wheel.data) == 50
-    fired = dict(timer.wheel.data)
-    now = T0 + 1_010
-    for _ in range(3):  # 20 + 20 + 10: the third finds fewer than allowed
-        hooks.on_punctuate(ctx, 0, now)
-        now += 10
-    assert timer.wheel.data == {} and starts == [b"", b"", b""]
-    for _ in range(5):  # nothing below the watermark is left: no scan at all
-        hooks.on_punctuate(ctx, 0, now)
-        now += 10
-    assert len(starts) == 3
-    # A leftover below the watermark (an aborted collection's deletes) waits for the rescan.
-    leftover = min(fired)
-    timer.wheel.set(leftover, fired[leftover])
-    hooks.on_punctuate(ctx, 0, now + RESCAN_MS - 100)
-    assert len(starts) == 3 and timer.wheel.data
-    hooks.on_punctuate(ctx, 0, now + RESCAN_MS)
-    assert starts[3:] == [b""] and timer.wheel.data == {}
-    pacer.forget(0)  # revoked: the next owner's state is unknown, start from the first key
-    assert pacer.collect_start(0, now + RESCAN_MS) == b""
