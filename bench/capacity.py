@@ -48,6 +48,7 @@ from bench.herd import (
     delete_namespace,
     job_record,
     now_ms,
+    parse_env,
     produce_jobs,
     submit_one_offs,
     wait_until_applied,
@@ -457,7 +458,7 @@ def run_capacity(args: argparse.Namespace) -> None:
         partitions=args.partitions,
         state_dir=state_dir,
     )
-    timer_env = dict(item.split("=", 1) for item in args.timer_env)
+    timer_env = parse_env(args.timer_env)
     bench = Bench(settings, args.jobs, args.broker_data, timer_env)
     reader = None
     try:

@@ -34,7 +34,6 @@ import argparse
 import multiprocessing
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -54,13 +53,14 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from bench.herd import (
-    ROOT,
     Profiler,
     TimerProcess,
+    bench_settings,
     delete_namespace,
     job_record,
     local_broker_pid,
     now_ms,
+    parse_env,
     percentile,
     process_cpu_s,
     produce_jobs,
@@ -97,22 +97,13 @@ class IntakeTooSlowError(RuntimeError):
 class ExecutorChild(TimerProcess):
     """One ``python -m services.executor.main`` child, with its own worker id and state dir.
 
-    Shares the timer child's environment, signals, RSS and CPU probes (``TimerProcess``).
+    Shares the timer child's environment, start, signals, RSS and CPU probes (``TimerProcess``).
     """
+
+    module = "services.executor.main"
 
     def __init__(self, settings: KafkaSettings, worker_id: str, log_dir: Path, **env: str):
         super().__init__(settings, worker_id, log_dir, KAFKRON_EXECUTOR_WORKER_ID=worker_id, **env)
-
-    def start(self) -> ExecutorChild:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.executor.main"],
-                env=self.env,
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        return self
 
     def summary(self) -> str:
         """The counters the executor logs when it stops, or '' before that."""
@@ -771,8 +762,8 @@ def main() -> None:
         reader_nice=args.reader_nice,
         deadline_s=args.deadline_s,
         profile_dir=args.profile,
-        executor_env=dict(item.split("=", 1) for item in args.executor_env),
-        timer_env=dict(item.split("=", 1) for item in args.timer_env),
+        executor_env=parse_env(args.executor_env),
+        timer_env=parse_env(args.timer_env),
     )
     if args.skip_pipe:
         pipe = PipeFigures(0, float("nan"), float("nan"))
@@ -786,15 +777,8 @@ def main() -> None:
 
 
 def run_and_report(bootstrap: str, options: E2EOptions, pipe: PipeFigures) -> bool:
-    namespace = f"e2e{uuid.uuid4().hex[:6]}."
-    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    settings = KafkaSettings(
-        bootstrap_servers=bootstrap,
-        namespace=namespace,
-        partitions=options.partitions,
-        state_dir=state_dir,
-    )
+    settings = bench_settings(bootstrap, "e2e", options.partitions)
+    namespace, state_dir = settings.namespace, settings.state_dir
     ok = False
     try:
         ensure_topics(settings)

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -203,6 +203,8 @@ class DueReader:
 class TimerProcess:
     """One ``python -m services.timer.main`` child with its own instance id and state dir."""
 
+    module = "services.timer.main"  # what the child runs (``python -m``)
+
     def __init__(
         self, settings: KafkaSettings, instance_id: str, log_dir: Path, **env: str
     ) -> None:
@@ -220,10 +222,10 @@ class TimerProcess:
         }
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> TimerProcess:
+    def start(self) -> Self:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.timer.main"],
+                [sys.executable, "-m", self.module],
                 env=self.env,
                 cwd=ROOT,
                 stdout=log,
@@ -369,18 +371,30 @@ class HerdOptions:
     timer_env: dict[str, str] = field(default_factory=dict)
 
 
+def bench_settings(bootstrap: str, prefix: str, partitions: int) -> KafkaSettings:
+    """Settings of one benchmark run: a fresh namespace ``<prefix><hex>.`` on ``bootstrap``
+    and its own state dir under ``.state/bench`` (created)."""
+    namespace = f"{prefix}{uuid.uuid4().hex[:6]}."
+    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return KafkaSettings(
+        bootstrap_servers=bootstrap,
+        namespace=namespace,
+        partitions=partitions,
+        state_dir=state_dir,
+    )
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` command-line items (``--timer-env``) as an environment dict."""
+    return dict(item.split("=", 1) for item in items)
+
+
 def run_herd(bootstrap: str, jobs: int, options: HerdOptions) -> None:
     pipe = measure_pipe(bootstrap, jobs)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
-    namespace = f"herd{uuid.uuid4().hex[:6]}."
-    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    settings = KafkaSettings(
-        bootstrap_servers=bootstrap,
-        namespace=namespace,
-        partitions=options.partitions,
-        state_dir=state_dir,
-    )
+    settings = bench_settings(bootstrap, "herd", options.partitions)
+    namespace, state_dir = settings.namespace, settings.state_dir
     try:
         ensure_topics(settings)
         reader = DueReader(settings)
@@ -520,7 +534,7 @@ def main() -> None:
         help="extra environment of the timer, e.g. KAFKRON_TIMER_BATCH_SIZE=5000",
     )
     args = parser.parse_args()
-    timer_env = dict(item.split("=", 1) for item in args.timer_env)
+    timer_env = parse_env(args.timer_env)
     options = HerdOptions(
         args.lead_s,
         args.partitions,

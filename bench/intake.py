@@ -34,13 +34,14 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from bench.herd import (
-    ROOT,
     Profiler,
     TimerProcess,
+    bench_settings,
     delete_namespace,
     job_record,
     local_broker_pid,
     now_ms,
+    parse_env,
     process_cpu_s,
     produce_jobs,
     submit_one_offs,
@@ -168,15 +169,8 @@ def run_intake(bootstrap: str, options: IntakeOptions) -> IntakeFigures:
     """One run: raw pipe, load, one timer, watch its commits; prints and returns the figures."""
     pipe = measure_pipe(bootstrap, options.jobs)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
-    namespace = f"intake{uuid.uuid4().hex[:6]}."
-    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    settings = KafkaSettings(
-        bootstrap_servers=bootstrap,
-        namespace=namespace,
-        partitions=options.partitions,
-        state_dir=state_dir,
-    )
+    settings = bench_settings(bootstrap, "intake", options.partitions)
+    namespace, state_dir = settings.namespace, settings.state_dir
     try:
         ensure_topics(settings)
         loaded_at = time.monotonic()
@@ -289,7 +283,7 @@ def main() -> None:
         profile=args.profile,
         native=args.native,
         idle=args.idle,
-        timer_env=dict(item.split("=", 1) for item in args.timer_env),
+        timer_env=parse_env(args.timer_env),
     )
     run_intake(args.bootstrap, options)
 

@@ -19,18 +19,18 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-import uuid
 from collections import Counter
 from typing import Any
 
 from bench.herd import (
-    ROOT,
     DueReader,
     TimerProcess,
+    bench_settings,
     delete_namespace,
     job_record,
     local_broker_pid,
     now_ms,
+    parse_env,
     percentile,
     process_cpu_s,
     produce_jobs,
@@ -50,15 +50,8 @@ def run_steady(
     jobs = int(rate * duration_s)
     pipe = measure_pipe(bootstrap, max(jobs, 100_000))
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
-    namespace = f"steady{uuid.uuid4().hex[:6]}."
-    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    settings = KafkaSettings(
-        bootstrap_servers=bootstrap,
-        namespace=namespace,
-        partitions=partitions,
-        state_dir=state_dir,
-    )
+    settings = bench_settings(bootstrap, "steady", partitions)
+    namespace, state_dir = settings.namespace, settings.state_dir
     try:
         ensure_topics(settings)
         reader = DueReader(settings)
@@ -163,7 +156,7 @@ def main() -> None:
         help="extra environment of the timer, e.g. KAFKRON_TIMER_PUNCTUATE_INTERVAL_MS=5",
     )
     args = parser.parse_args()
-    timer_env = dict(item.split("=", 1) for item in args.timer_env)
+    timer_env = parse_env(args.timer_env)
     run_steady(args.bootstrap, args.rate, args.duration_s, args.partitions, timer_env)
 
 

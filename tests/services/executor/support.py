@@ -31,3 +31,25 @@ def new_ctx(*, timeout_s: float = 5.0, payload: bytes = b"{}", **overrides: Any)
     }
     fields.update(overrides)
     return HandlerContext.for_attempt(**fields)
+
+
+class RecordingProducer:
+    """What prepare() and flush() need: produce (one record or many, as
+    TransactionalProducer does), and delivered offsets after the commit."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        self.records.append((topic, key, value, partition))
+
+    def produce_many(
+        self, records: list[tuple[str, bytes | None, bytes | None]], partition: int | None = None
+    ) -> None:
+        self.records.extend((topic, key, value, partition) for topic, key, value in records)
+
+    def delivered_offset(self, topic: str, partition: int) -> int | None:
+        mine = [r for r in self.records if r[0] == topic and r[3] == partition]
+        return len(mine) - 1 if mine else None

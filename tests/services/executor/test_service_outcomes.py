@@ -26,6 +26,7 @@ from services.executor.settings import ExecutorSettings
 from streams.codec import Codec, RecordKind
 from streams.records import ExecutionStatus, Trigger
 from streams.topics import Priority
+from tests.services.executor.support import RecordingProducer
 
 CODEC = Codec.from_directory()
 NOW = 1_780_000_000_000
@@ -233,35 +234,13 @@ def test_dedup_lets_each_replay_of_a_dead_execution_through_once() -> None:
     assert entry_after(retry, Progress.DEAD_LETTER, retrying).replay_mark == NOW
 
 
-class FakeProducer:
-    """What prepare() and flush() need: produce (one record or many, as
-    TransactionalProducer does), and the delivered offsets after commit."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
-
-    def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
-    ) -> None:
-        self.records.append((topic, key, value, partition))
-
-    def produce_many(
-        self, records: list[tuple[str, bytes | None, bytes | None]], partition: int | None = None
-    ) -> None:
-        self.records.extend((topic, key, value, partition) for topic, key, value in records)
-
-    def delivered_offset(self, topic: str, partition: int) -> int | None:
-        mine = [r for r in self.records if r[0] == topic and r[3] == partition]
-        return len(mine) - 1 if mine else None
-
-
 def test_dedup_store_writes_through_its_changelog_and_survives_reopening(tmp_path: Path) -> None:
     store = DedupStore("g", tmp_path, "ns.changelog.g.dedup")
     store.store.open_partition(2)
     entry = DedupEntry(Progress.SUCCEEDED, 1, 0)
     store.record(2, "job-1@1", entry)
     assert store.lookup(2, "job-1@1") == entry and store.dirty  # visible before commit
-    producer = FakeProducer()
+    producer = RecordingProducer()
     store.prepare(producer)  # type: ignore[arg-type]
     assert producer.records == [("ns.changelog.g.dedup", b"job-1@1", entry.encode(), 2)]
     store.flush(producer)  # type: ignore[arg-type]
