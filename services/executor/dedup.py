@@ -226,47 +226,6 @@ def _decode_ids(raw: bytes) -> list[bytes]:
     return ids
 
 
-class _ChangelogBatch:
-    """Takes one store transaction's changelog records and produces them in one call.
-
-    ``StoreTransaction.prepare`` calls :meth:`produce` once per key; a ``produce`` of the
-    producer per key costs a Python call and a one-record ``produce_many`` each. A producer
-    with ``produce_changelog`` (one delivery callback per partition) gets the records as
-    one call through :meth:`produce_changelog` instead.
-    """
-
-    __slots__ = ("_partition", "_producer", "_records")
-
-    def __init__(self, producer: TransactionalProducer) -> None:
-        self._producer = producer
-        self._records: list[tuple[str, bytes | None, bytes | None]] = []
-        self._partition: int | None = None
-
-    def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
-    ) -> None:
-        if self._records and partition != self._partition:
-            self.send()
-        self._partition = partition
-        self._records.append((topic, key, value))
-
-    def produce_changelog(
-        self, topic: str, partition: int, items: list[tuple[bytes, bytes | None]]
-    ) -> None:
-        self.send()
-        produce_changelog = getattr(self._producer, "produce_changelog", None)
-        if produce_changelog is not None:
-            produce_changelog(topic, partition, items)
-        else:
-            self._producer.produce_many([(topic, k, v) for k, v in items], partition)
-
-    def send(self) -> None:
-        """Produce the records taken so far."""
-        records, self._records = self._records, []
-        if records:
-            self._producer.produce_many(records, self._partition)
-
-
 class DedupStore:
     """The dedup partitions this executor owns, and their writes since the last commit.
 
@@ -356,10 +315,8 @@ class DedupStore:
             budget -= self.sweep(partition, transaction, now_ms - self.retention_ms, budget)
             self._index_legacy(partition, transaction, entries, budget)
             self._write_indexed(partition, transaction, entries, now_ms)
-        writer = _ChangelogBatch(producer)
         for transaction in self._transactions.values():
-            transaction.prepare(writer)
-            writer.send()
+            transaction.prepare(producer)  # one ``produce_changelog`` call per partition
 
     def sweep(
         self, partition: int, transaction: StoreTransaction, cutoff_ms: int, budget: int

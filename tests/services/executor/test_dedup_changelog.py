@@ -77,16 +77,28 @@ def _check_one_call_per_partition(tmp_path: Path, producer: ManyProducer) -> Non
     dedup.close()
 
 
-def test_a_partitions_changelog_records_go_out_in_one_produce_many(tmp_path: Path) -> None:
-    _check_one_call_per_partition(tmp_path, ManyProducer())
-
-
-def test_a_producer_with_produce_changelog_gets_them_through_it(tmp_path: Path) -> None:
+def test_a_partitions_changelog_records_go_out_in_one_produce_changelog(tmp_path: Path) -> None:
     _check_one_call_per_partition(tmp_path, ChangelogProducer())
 
 
-def test_expiring_entries_and_their_index_go_out_per_partition(tmp_path: Path) -> None:
+def test_a_producer_without_produce_changelog_gets_one_produce_per_key(tmp_path: Path) -> None:
     producer = ManyProducer()
+    dedup = DedupStore("g", tmp_path, CHANGELOG, retention_ms=None)
+    ids = {p: [f"job-{p}-{i}@1" for i in range(3)] for p in (0, 5)}
+    for partition in ids:
+        dedup.store.open_partition(partition)
+    _commit(dedup, producer, ids)
+    assert producer.calls == [
+        [(CHANGELOG, e.encode(), DONE.encode(), partition)]
+        for partition, execution_ids in sorted(ids.items())
+        for e in execution_ids
+    ]
+    assert all(dedup.lookup(p, e) == DONE for p, es in ids.items() for e in es)
+    dedup.close()
+
+
+def test_expiring_entries_and_their_index_go_out_per_partition(tmp_path: Path) -> None:
+    producer = ChangelogProducer()
     dedup = DedupStore("g", tmp_path, CHANGELOG, retention_ms=60_000, clock_ms=lambda: 10**12)
     for partition in (1, 4):
         dedup.store.open_partition(partition)
