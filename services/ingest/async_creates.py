@@ -6,9 +6,16 @@ futures: the status view catching up before a keyed create (coalesced across req
 (many requests share the producer's batches). A create still answers only once its record
 is durable (``acks=all``).
 
-A create without key, job id or cron (a plain one-off, the bulk case) is validated and
-encoded by :class:`~services.ingest.bulk.BulkJobBuilder` (~5 us instead of ~70 us through
-pydantic, request hash and fastavro; it falls back to pydantic for anything unusual).
+A create without job id or cron (a plain one-off, the bulk case) is validated and encoded
+by :class:`~services.ingest.bulk.BulkJobBuilder` (~5 us instead of ~70 us through pydantic,
+request hash and fastavro; it falls back to pydantic for anything unusual); with an
+Idempotency-Key it also derives the job id and request hash there.
+
+A create that may repeat (a key or an explicit job id) claims its job id in
+:class:`~services.ingest.own_writes.OwnWrites` before awaiting anything: a concurrent
+create of the same id in this process waits for the first and answers like it, or gets a
+conflict at once for another body. Then it checks the view (caught up with the partition,
+or sure that the records it has not read are this process's own) and writes.
 
 A batch is a list of (request, idempotency key); each item gets its own outcome, a
 :class:`SubmitReceipt` or the error that a single create would have raised, so one bad item
@@ -18,9 +25,11 @@ same batch answer like a repeated request: the first answer, or a conflict.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from services.ingest.bulk import BulkJobBuilder, fast_job_ids
@@ -31,6 +40,7 @@ from services.ingest.creates import (
     SubmitReceipt,
     answer_repeat,
     answer_repeat_of,
+    answer_repeat_of_written,
     encode_create,
     plan_create,
 )
@@ -39,6 +49,7 @@ from services.ingest.exceptions import (
     JobRequestError,
     ViewNotReadyError,
 )
+from services.ingest.own_writes import Claim, OwnWrites
 from services.ingest.producer import partition_for_key
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import to_epoch_ms
@@ -71,7 +82,9 @@ class AsyncCreates:
     ) -> None:
         self._client, self._view = client, view
         self._settings, self._codec = settings, codec
-        self._catch_up = AsyncCatchUp(view)
+        self._own = OwnWrites(view.position)
+        self._catch_up = AsyncCatchUp(view, self._own.covers)
+        self._own.add_listener(self._catch_up.recheck)
         self._bulk = BulkJobBuilder(settings, codec)
         self._clock_us = clock_us
 
@@ -94,52 +107,173 @@ class AsyncCreates:
             try:
                 if key is None and _bulk_shaped(request):
                     job_id, value = self._bulk.build(request, next(fresh_ids), now_us)
-                    run_at = request.get("run_at")
-                    next_run = None if run_at is None else to_epoch_ms(run_at)
-                    receipts[index] = SubmitReceipt(job_id, _SCHEDULED, next_run)
+                    receipts[index] = SubmitReceipt(job_id, _SCHEDULED, _run_at_ms(request))
                     writes.append((index, job_id.encode(), value))
                 else:
-                    planned[index] = plan_create(request, key)
+                    planned[index] = self._plan(request, key, now_us)
             except _ITEM_ERRORS as exc:
                 outcomes[index] = exc
-        existing = await self._existing(planned, outcomes)
+        claims, waits = self._claim(planned, outcomes)
         writers: dict[str, int] = {}  # job id -> index of the item that writes it
-        for index, plan in enumerate(planned):
-            if plan is None or outcomes[index] is not None or plan.job_id in writers:
-                continue
-            try:
-                found = existing.get(plan.job_id)
-                if found is not None:
-                    outcomes[index] = answer_repeat(found, plan)
-                    continue
-                value, receipts[index] = encode_create(plan, self._settings, self._codec, now_us)
-                writes.append((index, plan.job_id.encode(), value))
-                writers[plan.job_id] = index
-            except _ITEM_ERRORS as exc:
-                outcomes[index] = exc
-        if writes:
-            group = await self._client.write_async([(key, value) for _, key, value in writes])
-            for index, job_key, _ in writes:
-                error = group.error_for(job_key)
-                outcomes[index] = receipts[index] if error is None else _item_error(error)
+        try:
+            await self._decide_and_write(
+                planned, outcomes, claims, waits, writers, writes, receipts, now_us
+            )
+        finally:  # claims that wrote nothing (a repeat, an error), or an error in here
+            for claim in claims.values():
+                if not claim.settled.done():
+                    stopped = claim.job_id in writers  # while writing (e.g. cancelled)
+                    self._own.release(claim, _may_be_written() if stopped else None)
+        for index, claim in waits.items():
+            plan = planned[index]
+            assert plan is not None
+            outcomes[index] = await self._repeat_of_claim(claim, plan, items[index])
         return [
             self._repeat_in_batch(outcome, plan, writers, planned, outcomes)
             for outcome, plan in zip(outcomes, planned, strict=True)
         ]
 
-    async def _existing(
+    async def _decide_and_write(
+        self,
+        planned: list[PlannedCreate | None],
+        outcomes: list[Outcome | None],
+        claims: dict[str, Claim],
+        waits: dict[int, Claim],
+        writers: dict[str, int],
+        writes: list[tuple[int, bytes, bytes]],
+        receipts: dict[int, SubmitReceipt],
+        now_us: int,
+    ) -> None:
+        """Answer the items that repeat a job the view knows; write the others."""
+        existing = await self._existing(claims, planned, outcomes)
+        for index, plan in enumerate(planned):
+            if plan is None or outcomes[index] is not None or index in waits:
+                continue
+            if plan.job_id in writers:
+                continue
+            claim = claims.get(plan.job_id)
+            try:
+                found = existing.get(plan.job_id)
+                if found is not None:
+                    if claim is not None:
+                        claim.answer = partial(answer_repeat, found)
+                    outcomes[index] = answer_repeat(found, plan)
+                    continue
+                value, receipts[index] = encode_create(plan, self._settings, self._codec, now_us)
+                writes.append((index, plan.job_id.encode(), value))
+                writers[plan.job_id] = index
+                if claim is not None:  # from now on another body is a conflict at once
+                    claim.answer = partial(
+                        answer_repeat_of_written, plan.job_id, plan.idempotency_key,
+                        plan.request_hash, receipts[index].next_run_at_ms,
+                    )  # fmt: skip
+            except _ITEM_ERRORS as exc:
+                outcomes[index] = exc
+        if writes:
+            await self._write(writes, planned, claims, receipts, outcomes)
+
+    def _plan(self, request: Any, key: str | None, now_us: int) -> PlannedCreate:
+        """A keyed plain one-off through the bulk encoder (no pydantic), else pydantic."""
+        if key is not None and _bulk_shaped(request):
+            fast = self._bulk.build_keyed(request, key, now_us)
+            if fast is not None:
+                job_id, value, hash_of_request = fast
+                receipt = SubmitReceipt(job_id, _SCHEDULED, _run_at_ms(request))
+                return PlannedCreate(None, job_id, hash_of_request, key, (value, receipt))
+        return plan_create(request, key)
+
+    def _claim(
         self, planned: list[PlannedCreate | None], outcomes: list[Outcome | None]
+    ) -> tuple[dict[str, Claim], dict[int, Claim]]:
+        """Claim the job ids that may repeat (no await in here): the claims of this call,
+        and by item index the claims of other requests that those items must wait for."""
+        mine: dict[str, Claim] = {}
+        waits: dict[int, Claim] = {}
+        for index, plan in enumerate(planned):
+            if plan is None or outcomes[index] is not None or not plan.lookup:
+                continue
+            if plan.job_id in mine:
+                continue  # a repeat within this call: answered like its first item
+            claim = self._own.get(plan.job_id)
+            if claim is None:
+                mine[plan.job_id] = self._own.claim(plan.job_id)
+            else:
+                waits[index] = claim
+        return mine, waits
+
+    async def _write(
+        self,
+        writes: list[tuple[int, bytes, bytes]],
+        planned: list[PlannedCreate | None],
+        claims: dict[str, Claim],
+        receipts: dict[int, SubmitReceipt],
+        outcomes: list[Outcome | None],
+    ) -> None:
+        """Produce, wait until durable, and keep a claim on every written job until the view
+        has read it (its offset is then known to be this process's own)."""
+        group = await self._client.write_async([(key, value) for _, key, value in writes])
+        where = {key: (partition, offset) for key, partition, offset in group.written}
+        topic = group.topic
+        written: list[tuple[Claim, tuple[str, int], int]] = []
+        for index, job_key, _ in writes:
+            error = group.error_for(job_key)
+            receipt = receipts[index]
+            plan = planned[index]
+            claim = claims.get(receipt.job_id) if plan is not None else None
+            if claim is None and error is None and self._own.get(receipt.job_id) is None:
+                claim = self._own.claim(receipt.job_id)  # a fresh id: nobody can wait on it
+                key, hash_of_request = (
+                    (None, None) if plan is None else (plan.idempotency_key, plan.request_hash)
+                )
+                claim.answer = partial(
+                    answer_repeat_of_written, receipt.job_id, key, hash_of_request,
+                    receipt.next_run_at_ms,
+                )  # fmt: skip
+            if error is None:
+                outcomes[index] = receipt
+                located = where.get(job_key)
+                if claim is not None and located is not None:
+                    written.append((claim, (topic, located[0]), located[1]))
+                elif claim is not None:
+                    self._own.release(claim)
+            else:
+                failure = outcomes[index] = _item_error(error)
+                if claim is not None:
+                    self._own.release(claim, failure)
+        self._own.written(written)
+
+    async def _repeat_of_claim(
+        self, claim: Claim, plan: PlannedCreate, item: tuple[Any, str | None]
+    ) -> Outcome:
+        """The answer to a create whose job id another request of this process claimed."""
+        if claim.answer is None:
+            await asyncio.shield(claim.settled)
+            if claim.answer is None:  # it wrote nothing and found nothing: try again
+                (outcome,) = await self.create_many([item])
+                return outcome
+        try:
+            receipt = claim.answer(plan)  # another body: a conflict, even while in flight
+        except JobConflictError as exc:
+            return exc
+        error = await asyncio.shield(claim.settled)
+        return receipt if error is None else error
+
+    async def _existing(
+        self,
+        claims: dict[str, Claim],
+        planned: list[PlannedCreate | None],
+        outcomes: list[Outcome | None],
     ) -> dict[str, dict[str, Any]]:
-        """The current state of every job a keyed item (or explicit id) may repeat.
+        """The current state of every claimed job id (a keyed item or an explicit id).
 
         A job the view does not know may be brand new: the view first catches up with its
-        partition (one coalesced ListOffsets for the whole batch). When that fails, the
-        items that needed it get the error; the others go on.
+        partition (one coalesced ListOffsets for the whole batch), or the records it has not
+        read yet are all this process's own. When that fails, the items that needed it get
+        the error; the others go on.
         """
-        lookups = {p.job_id for p in planned if p is not None and p.lookup}
         existing: dict[str, dict[str, Any]] = {}
         missing: list[str] = []
-        for job_id in lookups:
+        for job_id in claims:
             found = self._view.job(job_id)
             if found is None:
                 missing.append(job_id)
@@ -202,6 +336,21 @@ def _bulk_shaped(request: Any) -> bool:
     take the pydantic path because their answer needs the first tick.
     """
     return type(request) is dict and request.get("job_id") is None and "cron" not in request
+
+
+def _run_at_ms(request: dict[str, Any]) -> int | None:
+    run_at = request.get("run_at")
+    return None if run_at is None else int(to_epoch_ms(run_at))
+
+
+def _may_be_written() -> KafkronError:
+    """What waiters on a claim answer when its create stopped while writing."""
+    return KafkaDeliveryError(
+        "the first create with this key stopped before its write was acknowledged; it may "
+        "be written: repeat the request",
+        retryable=True,
+        retry_after_s=1.0,
+    )
 
 
 def _item_error(error: BaseException) -> KafkronError:

@@ -25,13 +25,14 @@ class DeliveryGroup:
     last offset, and ``done``, resolved once every record was reported."""
 
     __slots__ = ("_expected", "_reported", "_sink", "done", "errors", "offsets", "timed_out",
-                 "topic")  # fmt: skip
+                 "topic", "written")  # fmt: skip
 
     def __init__(self, loop: asyncio.AbstractEventLoop, topic: str, sink: deque[_Report]) -> None:
         self.topic = topic
         self.done: asyncio.Future[None] = loop.create_future()
         self.errors: dict[bytes, BaseException] = {}
         self.offsets: dict[int, int] = {}
+        self.written: list[tuple[bytes, int, int]] = []  # (key, partition, offset)
         self.timed_out: BaseException | None = None
         self._expected: int | None = None
         self._reported = 0
@@ -51,6 +52,8 @@ class DeliveryGroup:
                 and offset > self.offsets.get(partition, -1)
             ):
                 self.offsets[partition] = offset
+            if partition is not None and offset is not None:
+                self.written.append((message.key() or b"", partition, offset))
         else:
             self.errors[message.key() or b""] = error
         self._reported += 1

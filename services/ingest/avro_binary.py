@@ -119,6 +119,14 @@ class JobLayout:
             for f in self.fields
             if f["name"] in PER_JOB_FIELDS
         ) and {f["name"] for f in self.fields} >= set(PER_JOB_FIELDS)
+        # A keyed create splices its key and request hash in front of created_at_ms.
+        names = [f["name"] for f in self.fields]
+        types = {f["name"]: f["type"] for f in self.fields}
+        self.keyed_usable = (
+            self.usable
+            and names[-4:] == ["idempotency_key", "request_hash", "created_at_ms", "updated_at_ms"]
+            and types["idempotency_key"] == types["request_hash"] == ["null", "string"]
+        )
 
     def slots(self, template: Mapping[str, Any]) -> tuple[list[bytes], list[str]]:
         """Constant encoded runs and the per-job field names between them, in field order.

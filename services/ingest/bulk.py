@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import json.encoder
 import logging
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -35,11 +36,12 @@ from services.ingest.avro_binary import (
     JobLayout,
     encode_per_job_field,
 )
-from services.ingest.commands import submit_record
+from services.ingest.commands import job_id_for_key, request_hash, submit_record
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import (
     JOB_ID_PATTERN,
+    JobCreate,
     check_limits,
     parse_job_create,
     to_epoch_ms,
@@ -63,6 +65,24 @@ _CHUNKS = (
     if _C_MAKE_ENCODER is None
     else _C_MAKE_ENCODER(None, None, encode_basestring, None, ":", ",", False, False, False)
 )
+# What commands.canonical_request dumps with: keys sorted, NaN allowed, not ASCII-only.
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+_CANONICAL_CHUNKS = (
+    None
+    if _C_MAKE_ENCODER is None
+    else _C_MAKE_ENCODER(None, None, encode_basestring, None, ":", ",", True, False, True)
+)
+# A keyed create sets these two fields: [null, string] unions, the last ones before
+# created_at_ms, so their two null branches end the run of constants before it.
+_KEYED_TAIL = b"\x00\x00"
+_KEY_BRANCH = b"\x02"
+
+
+def _canonical_text(value: Any) -> str:
+    """json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)."""
+    if _CANONICAL_CHUNKS is None:
+        return _CANONICAL.encode(value)
+    return "".join(_CANONICAL_CHUNKS(value, 0))
 
 
 def _json_text(value: Any) -> str:
@@ -76,6 +96,18 @@ def _json_text(value: Any) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class _KeyedShape:
+    """What a keyed create of one shape adds: the job id's tenant, the constant part of the
+    canonical request (as ``commands.canonical_request`` dumps it) and the constant run
+    before ``created_at_ms`` without its two trailing null branches."""
+
+    tenant: str
+    canonical_base: dict[str, Any]
+    run_before_key: bytes
+    verified: list[bool]  # [False] until the first keyed job matched the slow path
+
+
+@dataclass(frozen=True, slots=True)
 class _Shape:
     """What is constant for all requests of one shape, validated once."""
 
@@ -85,6 +117,7 @@ class _Shape:
     depends_on: frozenset[str]
     cron_end_ms: int | None
     verified: list[bool]  # [False] until the first job matched the Codec byte for byte
+    keyed: _KeyedShape | None = None
 
     def encode(
         self, job_id: str, version: int, payload: bytes, run_at: int | None, now_ms: int
@@ -151,10 +184,42 @@ class BulkJobBuilder:
     def build(self, request: Any, job_id: str, now_us: int) -> tuple[str, bytes]:
         """``request`` validated and encoded at version ``now_us``; raises JobRequestError."""
         if self._layout.usable and type(request) is dict:
-            fast = self._fast(request, job_id, now_us)
+            fast = self._fast(request, job_id, now_us, None)
             if fast is not None:
-                return fast
+                return fast[0], fast[1]
         return self._slow(request, job_id, now_us)
+
+    def build_keyed(
+        self, request: Any, idempotency_key: str, now_us: int
+    ) -> tuple[str, bytes, str] | None:
+        """A create with an Idempotency-Key on the fast path: (job id, encoded Job, request
+        hash), equal to what ``creates.plan_create`` and ``encode_create`` give; None when
+        the request needs the pydantic path (which also names any bad field)."""
+        if (
+            not self._layout.keyed_usable
+            or type(request) is not dict
+            or "job_id" in request
+            or "payload_b64" in request
+        ):
+            return None
+        fast = self._fast(request, "", now_us, idempotency_key)
+        if fast is None or fast[2] is None:
+            return None
+        return fast[0], fast[1], fast[2]
+
+    def _slow_keyed(self, request: Any, key: str, now_us: int) -> tuple[str, bytes, str]:
+        create = parse_job_create(request)
+        check_limits(create, self._settings, now_us // 1000)
+        job_id, hash_of_request = job_id_for_key(create.tenant, key), request_hash(create)
+        record = submit_record(
+            create,
+            job_id=job_id,
+            now_us=now_us,
+            retry_defaults=self._settings.default_retry,
+            idempotency_key=key,
+            hash_of_request=hash_of_request,
+        )
+        return job_id, self._codec.encode(RecordKind.JOB, record), hash_of_request
 
     def _slow(self, request: Any, job_id: str, now_us: int) -> tuple[str, bytes]:
         create = parse_job_create(request)
@@ -165,11 +230,16 @@ class BulkJobBuilder:
         )
         return job_id, self._codec.encode(RecordKind.JOB, record)
 
-    def _fast(self, request: dict[str, Any], job_id: str, now_us: int) -> tuple[str, bytes] | None:
+    def _fast(
+        self, request: dict[str, Any], job_id: str, now_us: int, key: str | None = None
+    ) -> tuple[str, bytes, str | None] | None:
         """One job on the fast path, or None to defer to pydantic. Kept in one function on
-        purpose: at ~100K jobs/s every call and attribute lookup shows in the profile."""
+        purpose: at ~100K jobs/s every call and attribute lookup shows in the profile.
+
+        With an idempotency ``key`` the job id derives from it and the record carries the
+        key and the request hash (returned third)."""
         try:
-            key = tuple(
+            shape_key = tuple(
                 [
                     (k, v is not None)
                     if k in _VARYING_REQUEST_FIELDS
@@ -181,9 +251,19 @@ class BulkJobBuilder:
             )
         except TypeError:  # something unhashable, e.g. a set: let pydantic say what is wrong
             return None
-        shape = self._shapes[key] if key in self._shapes else self._new_shape(request, key, now_us)
+        shapes = self._shapes
+        shape = (
+            shapes[shape_key]
+            if shape_key in shapes
+            else self._new_shape(request, shape_key, now_us)
+        )
         if shape is None:
             return None
+        keyed = shape.keyed
+        if key is not None:
+            if keyed is None:
+                return None
+            job_id = job_id_for_key(keyed.tenant, key)
         now_ms = now_us // 1000
         given_id = request.get("job_id")
         if given_id is not None:
@@ -208,24 +288,64 @@ class BulkJobBuilder:
         payload = self._payload(request)
         if payload is None or len(payload) > self._max_payload:
             return None
+        hash_of_request = None
         if shape.names is KNOWN_ORDER:
             c = shape.consts
             stamp = self._stamp(now_ms)
             id_bytes = job_id.encode()  # validated ASCII, at most 128 bytes: a 1-2 byte length
             when = NULL_BRANCH if run_at is None else LONG_BRANCH + avro_long(run_at)
+            before_created = c[4]
+            if key is not None and keyed is not None:
+                hash_of_request = self._request_hash(keyed, request, run_at)
+                if hash_of_request is None:
+                    return None
+                before_created = b"".join((
+                    keyed.run_before_key, _KEY_BRANCH, avro_bytes(key.encode()),
+                    _KEY_BRANCH, avro_bytes(hash_of_request.encode()),
+                ))  # fmt: skip
             encoded = b"".join((
                 c[0], avro_long(len(id_bytes)), id_bytes, c[1], avro_long(now_us), c[2],
-                avro_bytes(payload), c[3], when, c[4], stamp, c[5], stamp, c[6],
+                avro_bytes(payload), c[3], when, before_created, stamp, c[5], stamp, c[6],
             ))  # fmt: skip
+        elif key is not None:
+            return None
         else:
             encoded = shape.encode(job_id, now_us, payload, run_at, now_ms)
+        if key is not None and keyed is not None:
+            if not keyed.verified[0]:
+                slow = self._slow_keyed(request, key, now_us)
+                if slow != (job_id, encoded, hash_of_request):
+                    log.error("keyed bulk encoder differs from the pydantic path for a job "
+                              "shape; slow path used")  # fmt: skip
+                    if shape_key in shapes:
+                        shapes[shape_key] = replace(shape, keyed=None)
+                    return None
+                keyed.verified[0] = True
+            return job_id, encoded, hash_of_request
         if not shape.verified[0]:
             if encoded != self._slow(request, job_id, now_us)[1]:
                 log.error("bulk encoder differs from the Codec for a job shape; slow path used")
-                self._shapes[key] = None
+                self._shapes[shape_key] = None
                 return None
             shape.verified[0] = True
-        return job_id, encoded
+        return job_id, encoded, None
+
+    @staticmethod
+    def _request_hash(
+        keyed: _KeyedShape, request: dict[str, Any], run_at: int | None
+    ) -> str | None:
+        """``commands.request_hash`` of the request without pydantic: the shape's constant
+        fields as pydantic dumped them, and the per-job ones as given (run_at normalised)."""
+        body = dict(keyed.canonical_base)
+        if "run_at" in request:
+            body["run_at"] = run_at
+        if "payload" in request:
+            body["payload"] = request["payload"]
+        try:
+            text = _canonical_text(body).encode("utf-8")
+        except (TypeError, ValueError, RecursionError):
+            return None
+        return hashlib.sha256(text).hexdigest()
 
     def _stamp(self, now_ms: int) -> bytes:
         """avro_long(now_ms), cached: a batch shares its milliseconds."""
@@ -269,8 +389,10 @@ class BulkJobBuilder:
                 create, job_id="shape", now_us=now_us, retry_defaults=self._settings.default_retry
             )
             consts, names = self._layout.slots(template)
+            keyed = None
             if names == KNOWN_ORDER:
                 names = KNOWN_ORDER  # identity marks the unrolled encoding
+                keyed = self._keyed_shape(create, consts[4], has_run_at)
         except (JobRequestError, ValueError, KeyError, TypeError):
             shape = None
         else:
@@ -281,7 +403,19 @@ class BulkJobBuilder:
                 frozenset(create.depends_on or ()),
                 create.cron.end if create.cron else None,
                 [False],
+                keyed,
             )
         if len(self._shapes) < _MAX_SHAPES:
             self._shapes[key] = shape
         return shape
+
+    def _keyed_shape(
+        self, create: JobCreate, run_before_created: bytes, has_run_at: bool
+    ) -> _KeyedShape | None:
+        """The keyed part of a shape, or None when the schema does not allow the splice."""
+        if not self._layout.keyed_usable or not run_before_created.endswith(_KEYED_TAIL):
+            return None
+        base = create.model_dump(mode="json", exclude_unset=True)
+        if has_run_at:
+            del base["run_at"]  # the probe's stand-in; each job puts its own
+        return _KeyedShape(create.tenant, base, run_before_created[: -len(_KEYED_TAIL)], [False])

@@ -7,13 +7,17 @@ such creates at once, one ListOffsets request per round answers all of them: req
 arrive while a round is in flight join the next round (a round that started before a
 request arrived could miss a write that was acknowledged just before it, so it never
 answers that request). The wait itself is a future woken by the view's consumer thread.
+
+A ``covered`` predicate may end the wait sooner: when every record the view has not read
+below the end is one this process wrote itself (:class:`~services.ingest.own_writes.OwnWrites`),
+so the job is known without reading them. Call :meth:`AsyncCatchUp.recheck` when it changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
@@ -40,8 +44,13 @@ def _retrieve(future: asyncio.Future[Offsets]) -> None:
 class AsyncCatchUp:
     """Coalesced ``wait_until_caught_up`` for one event loop and one status view."""
 
-    def __init__(self, view: StatusView) -> None:
+    def __init__(
+        self,
+        view: StatusView,
+        covered: Callable[[Mapping[TopicPartitionKey, int]], bool] | None = None,
+    ) -> None:
         self._view = view
+        self._covered = covered
         self._loop = asyncio.get_running_loop()
         self._next: _Round | None = None
         self._in_flight: asyncio.Task[None] | None = None
@@ -52,18 +61,21 @@ class AsyncCatchUp:
         """True once the view applied everything committed to ``partitions`` when called;
         False when ``timeout_s`` passed first."""
         deadline = self._loop.time() + timeout_s
+        round_ = self._join(partitions)
         try:
-            targets = await asyncio.wait_for(self._latest(partitions), timeout_s)
+            # A future, not a coroutine: wait_for then needs no task of its own.
+            offsets = await asyncio.wait_for(asyncio.shield(round_), timeout_s)
         except TimeoutError:
             return False
-        if self._view.reached(targets):
+        targets = {tp: offsets[tp] for tp in partitions}
+        if self._done(targets):
             return True
         waiter: asyncio.Future[None] = self._loop.create_future()
         entry = (targets, waiter)
         self._waiters.append(entry)
         try:
             # Checked again after registering: an advance before this line found no waiter.
-            if self._view.reached(targets):
+            if self._done(targets):
                 return True
             await asyncio.wait_for(waiter, max(0.0, deadline - self._loop.time()))
             return True
@@ -73,7 +85,8 @@ class AsyncCatchUp:
             if entry in self._waiters:
                 self._waiters.remove(entry)
 
-    async def _latest(self, partitions: Collection[TopicPartitionKey]) -> Offsets:
+    def _join(self, partitions: Collection[TopicPartitionKey]) -> asyncio.Future[Offsets]:
+        """The future end offsets of the next round, which will include ``partitions``."""
         if self._next is None:
             self._next = _Round(self._loop.create_future())
             self._next.future.add_done_callback(_retrieve)
@@ -81,8 +94,7 @@ class AsyncCatchUp:
                 self._loop.call_soon(self._launch)
         round_ = self._next
         round_.partitions.update(partitions)
-        offsets = await asyncio.shield(round_.future)
-        return {tp: offsets[tp] for tp in partitions}
+        return round_.future
 
     def _launch(self) -> None:
         round_, self._next = self._next, None
@@ -91,7 +103,7 @@ class AsyncCatchUp:
 
     async def _run(self, round_: _Round) -> None:
         try:
-            offsets = await asyncio.to_thread(self._view.latest_offsets, round_.partitions)
+            offsets = await self._view.latest_offsets_async(round_.partitions)
         except KafkaException as exc:
             round_.future.set_exception(
                 ViewNotReadyError(
@@ -114,7 +126,20 @@ class AsyncCatchUp:
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 self._loop.call_soon_threadsafe(self._wake)
 
+    def recheck(self) -> None:
+        """On the loop: wake the waiters whose targets are now reached or covered."""
+        self._wake()
+
+    def _done(self, targets: Mapping[TopicPartitionKey, int]) -> bool:
+        # Positions only grow: reading them without the view's lock is safe (and keeps
+        # this loop off the lock the view's thread takes after every batch).
+        position = self._view.position
+        if all(position(tp) >= end for tp, end in targets.items()):
+            return True
+        covered = self._covered
+        return covered is not None and covered(targets)
+
     def _wake(self) -> None:
         for targets, waiter in list(self._waiters):
-            if not waiter.done() and self._view.reached(targets):
+            if not waiter.done() and self._done(targets):
                 waiter.set_result(None)

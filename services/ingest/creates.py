@@ -40,17 +40,24 @@ class SubmitReceipt:
 
 @dataclass(frozen=True, slots=True)
 class PlannedCreate:
-    """A validated create and the job id it writes; ``lookup`` when a repeat is possible."""
+    """A validated create and the job id it writes; ``lookup`` when a repeat is possible.
 
-    create: JobCreate
+    ``prebuilt`` holds the encoded record and answer when the bulk encoder built them
+    (then ``create`` is None: the request never went through pydantic).
+    """
+
+    create: JobCreate | None
     job_id: str
     request_hash: str
     idempotency_key: str | None
+    prebuilt: tuple[bytes, SubmitReceipt] | None = None
 
     @property
     def lookup(self) -> bool:
         """True when the id is derived from the request, so the job may already exist."""
-        return self.idempotency_key is not None or self.create.job_id is not None
+        return self.idempotency_key is not None or (
+            self.create is not None and self.create.job_id is not None
+        )
 
 
 def plan_create(job: JobRequest, idempotency_key: str | None) -> PlannedCreate:
@@ -90,6 +97,17 @@ def answer_repeat_of(
     )
 
 
+def answer_repeat_of_written(
+    job_id: str,
+    first_key: str | None,
+    first_hash: str | None,
+    first_next_run_ms: int | None,
+    planned: PlannedCreate,
+) -> SubmitReceipt:
+    """Like :func:`answer_repeat` for a job whose first create wrote these values."""
+    return _repeat_or_conflict(job_id, first_key, first_hash, lambda: first_next_run_ms, planned)
+
+
 def _repeat_or_conflict(
     job_id: str,
     existing_key: str | None,
@@ -120,7 +138,10 @@ def encode_create(
     Raises ``JobRequestError`` for rules that need the clock (run_at too far in the past,
     a schedule without a tick after now).
     """
+    if planned.prebuilt is not None:
+        return planned.prebuilt
     create = planned.create
+    assert create is not None
     check_limits(create, settings, now_us // 1000)
     record = submit_record(
         create,

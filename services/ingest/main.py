@@ -22,6 +22,7 @@ from types import FrameType
 import uvicorn
 
 from services.ingest.api import create_app
+from services.ingest.create_lane import serve_creates_first
 from services.ingest.settings import IngestSettings
 from streams.exceptions import ConfigurationError
 
@@ -38,7 +39,7 @@ def run(settings: IngestSettings) -> None:
 
 def _config(settings: IngestSettings) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(settings),
+        serve_creates_first(create_app(settings), settings),
         host=settings.http_host,
         port=settings.http_port,
         loop=settings.event_loop,

@@ -12,6 +12,7 @@ batches (``linger.ms``) without a thread each.
 from __future__ import annotations
 
 import asyncio
+import struct
 import threading
 import time
 from collections.abc import Iterable
@@ -44,8 +45,7 @@ def murmur2(data: bytes) -> int:
     m, length = 0x5BD1E995, len(data)
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
     tail = length & ~3
-    for i in range(0, tail, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
+    for k in struct.unpack_from(f"<{length >> 2}I", data):  # all 4-byte words at once
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> 24
         k = (k * m) & 0xFFFFFFFF

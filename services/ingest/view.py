@@ -10,6 +10,8 @@ never stops on bad input.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -36,6 +38,12 @@ from streams.exceptions import DecodeError, TopicLayoutError
 from streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
 
 TopicPartitionKey = tuple[str, int]
 _BATCH_MAX = 2_000
@@ -221,6 +229,10 @@ class StatusView:
         targets = self._latest_offsets(wanted)
         return self.wait_for_offsets(targets, max(0.0, deadline - time.monotonic()))
 
+    def position(self, tp: TopicPartitionKey) -> int:
+        """The next offset of the partition the view will apply (all below are applied)."""
+        return self._positions.get(tp, 0)
+
     def reached(self, targets: Mapping[TopicPartitionKey, int]) -> bool:
         """True when each partition is applied up to (excluding) its target offset."""
         with self._advanced:
@@ -235,6 +247,41 @@ class StatusView:
     ) -> dict[TopicPartitionKey, int]:
         """The last stable offset of each partition now (one ListOffsets round trip)."""
         return self._latest_offsets(partitions)
+
+    async def latest_offsets_async(
+        self, partitions: Collection[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        """:meth:`latest_offsets` for an event loop, without a thread waiting on the answer:
+        the admin client's futures wake the loop. Retries in a thread (as
+        :meth:`latest_offsets` does) when the broker answers a retriable error."""
+        if not partitions:
+            return {}
+        assert self._admin is not None
+        loop = asyncio.get_running_loop()
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = self._admin.list_offsets(
+            {TopicPartition(t, p): latest for t, p in partitions},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=_ADMIN_TIMEOUT_S,
+        )
+        answered: asyncio.Future[None] = loop.create_future()
+        lock, left = threading.Lock(), [len(futures)]
+
+        def on_done(_: object) -> None:  # the admin client's thread, or this one
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                with contextlib.suppress(RuntimeError):  # the loop is closed
+                    loop.call_soon_threadsafe(_resolve, answered)
+
+        for future in futures.values():
+            future.add_done_callback(on_done)
+        await answered
+        try:
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        except KafkaException:
+            return await asyncio.to_thread(self._latest_offsets, partitions)
 
     def _reached(self, targets: Mapping[TopicPartitionKey, int]) -> bool:
         return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
