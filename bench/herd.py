@@ -5,12 +5,17 @@ Run: ``.venv/bin/python -m bench.herd --bootstrap 127.0.0.1:9092 [--jobs 1000000
 Measures, in one run on one broker: the raw pipe (``bench.pipe.measure_pipe``) for the same
 record count; then submits N one-offs due ``--lead-s`` ahead (through
 ``KafkronClient.submit_many`` when ingest is importable, else raw encoded Job records),
-starts one timer process and reads every DueEvent back ``read_committed``. Reports the time
-from the instant until the last DueEvent was emitted and until it was read back, fire
+starts one timer process and reads every DueEvent back ``read_committed`` (proving N
+distinct execution ids). Reports the time from the instant until the last DueEvent was
+emitted, until all were committed (the first poll of the due topics' last stable offsets,
+every ``--lso-interval-ms``, past each partition's last DueEvent: ``bench.committed``; the
+reader's consume rate does not bound it) and until the reader read the last one back; fire
 lateness (emitted_at - fire_at and read back - fire_at) p50/p99/max, fires per second until
-the last one committed and its ratio to raw produce, the timer's RSS, and the CPU time per
-fire of the timer, the broker (when local) and the reader. ``--profile x.svg`` runs py-spy
-on the timer during the fire phase.
+all committed and its ratio to raw produce, the timer's RSS, and the CPU time per fire of
+the timer (per thread kind too), the broker (when local) and the reader.
+``--profile x.svg`` runs py-spy on the timer during the fire phase. ``--baseline-root DIR
+--repeat N`` alternates herds of this checkout's timer and DIR's (e.g. ``git archive HEAD |
+tar -x -C DIR``), N each, after one raw pipe measurement.
 
 The helpers (``submit_one_offs``, ``DueReader``, ``TimerProcess``, ``wait_until_live``) are
 shared with the timer's broker tests.
@@ -27,13 +32,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bench.committed import StableOffsetWatch, first_time_past
 from bench.pipe import measure_pipe
 from streams.admin import ensure_topics
 from streams.codec import Codec, RecordKind
@@ -158,13 +164,12 @@ class DueReader:
                 }
             )
         )
-        self._consumer.assign(
-            [
-                TopicPartition(names.due(p), partition, 0)
-                for p in Priority
-                for partition in range(self.settings.partitions)
-            ]
-        )
+        self._partitions = [
+            (names.due(p), partition)
+            for p in Priority
+            for partition in range(self.settings.partitions)
+        ]
+        self._consumer.assign([TopicPartition(t, p, 0) for t, p in self._partitions])
 
     def poll(self, timeout_s: float = 0.02) -> int:
         """Read what is there; returns how many DueEvents arrived."""
@@ -178,6 +183,18 @@ class DueReader:
                 self.kafka_ts_ms.append(message.timestamp()[1])
                 got += 1
         return got
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every due topic partition this reader reads."""
+        return list(self._partitions)
+
+    def last_offsets(self) -> dict[tuple[str, int], int]:
+        """Per partition, the offset below the reader's position: its last record read, or
+        the commit marker after it (-1: nothing read). The LSO is past it exactly when the
+        transaction of the last record read is committed; asking once costs nothing per record.
+        """
+        positions = self._consumer.position([TopicPartition(t, p) for t, p in self._partitions])
+        return {(tp.topic, tp.partition): max(tp.offset, 0) - 1 for tp in positions}
 
     def read_until(self, count: int, timeout_s: float) -> None:
         """Poll until ``count`` DueEvents were read in total, or raise TimeoutError."""
@@ -204,6 +221,7 @@ class TimerProcess:
     """One ``python -m services.timer.main`` child with its own instance id and state dir."""
 
     module = "services.timer.main"  # what the child runs (``python -m``)
+    root = ROOT  # the checkout it runs from (an older tree for an A/B: ``--baseline-root``)
 
     def __init__(
         self, settings: KafkaSettings, instance_id: str, log_dir: Path, **env: str
@@ -212,7 +230,6 @@ class TimerProcess:
         self.log_path = log_dir / f"{instance_id}.log"
         self.env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
             "KAFKRON_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
             "KAFKRON_NAMESPACE": settings.namespace,
             "KAFKRON_PARTITIONS": str(settings.partitions),
@@ -226,8 +243,8 @@ class TimerProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", self.module],
-                env=self.env,
-                cwd=ROOT,
+                env={**self.env, "PYTHONPATH": str(self.root)},
+                cwd=self.root,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -369,6 +386,9 @@ class HerdOptions:
     idle: bool = False
     keep_log: Path | None = None
     timer_env: dict[str, str] = field(default_factory=dict)
+    timer_root: Path = ROOT  # whose timer runs: this checkout or a baseline tree
+    label: str = ""  # printed before the figures (e.g. "baseline ")
+    lso_interval_ms: int = 20
 
 
 def bench_settings(bootstrap: str, prefix: str, partitions: int) -> KafkaSettings:
@@ -390,16 +410,21 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items)
 
 
-def run_herd(bootstrap: str, jobs: int, options: HerdOptions) -> None:
-    pipe = measure_pipe(bootstrap, jobs)
-    print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
+def run_herd(
+    bootstrap: str, jobs: int, options: HerdOptions, raw_produce_per_s: float | None = None
+) -> None:
+    """One herd in a fresh namespace (deleted after); measures the raw pipe unless given."""
+    if raw_produce_per_s is None:
+        pipe = measure_pipe(bootstrap, jobs)
+        print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
+        raw_produce_per_s = pipe.produce_per_s
     settings = bench_settings(bootstrap, "herd", options.partitions)
     namespace, state_dir = settings.namespace, settings.state_dir
     try:
         ensure_topics(settings)
         reader = DueReader(settings)
         try:
-            _fire_herd(settings, reader, jobs, options, pipe.produce_per_s)
+            _fire_herd(settings, reader, jobs, options, raw_produce_per_s)
         finally:
             reader.close()
     finally:
@@ -414,9 +439,13 @@ def _fire_herd(
     options: HerdOptions,
     raw_produce_per_s: float,
 ) -> None:
+    from bench.execute import thread_cpu_seconds  # bench.execute imports this module
+
     timer = TimerProcess(settings, "herd-timer-0", settings.state_dir, **options.timer_env)
+    timer.root = options.timer_root
     timer.start()
     profiler: Profiler | None = None
+    watch: StableOffsetWatch | None = None
     try:
         wait_until_live(settings, reader)
         started_with = len(reader.values)
@@ -437,37 +466,75 @@ def _fire_herd(
         )
         settled_rss_mb = timer.rss_mb()
         time.sleep(max(0.0, (instant_ms - now_ms() - 100) / 1000))
+        watch = StableOffsetWatch(
+            settings.bootstrap_servers, reader.partitions(), options.lso_interval_ms
+        ).start()
         if options.profile is not None:
             profiler = Profiler(
                 timer.pid, options.profile, native=options.native, idle=options.idle
             )
         broker = local_broker_pid()
         cpu_before_s = timer.cpu_s(), process_cpu_s(broker), process_cpu_s(os.getpid())
+        threads_before_s = thread_cpu_seconds(timer.pid)
         reader.read_until(started_with + jobs, timeout_s=lead_ms / 1000 + 600)
         cpu_after_s = timer.cpu_s(), process_cpu_s(broker), process_cpu_s(os.getpid())
+        threads_after_s = thread_cpu_seconds(timer.pid)
+        watch.stop()
         fire_cpu_s, broker_cpu_s, reader_cpu_s = (
             after - before for after, before in zip(cpu_after_s, cpu_before_s, strict=True)
         )
         rss_mb = timer.peak_rss_mb()
     finally:
+        if watch is not None:
+            watch.stop()
         if profiler is not None:
             profiler.stop()
         timer.stop()
         if options.keep_log is not None:
             shutil.copy(timer.log_path, options.keep_log)
     events = [e for e in reader.events() if e["job_id"].startswith("herd-")]
-    report(events, jobs, instant_ms, raw_produce_per_s, rss_mb)
-    print(f"  timer RSS with every job applied, before the instant: {settled_rss_mb:.0f} MiB")
+    committed_ms = first_time_past(watch.polls, reader.last_offsets())
+    label = options.label
+    print(f"{label}herd of {jobs:,} (timer from {options.timer_root}), load {_load()}")
+    report(events, jobs, instant_ms, raw_produce_per_s, rss_mb, committed_ms, label)
+    if committed_ms is not None:
+        before = [p.at_ms for p in watch.polls if p.at_ms < committed_ms]
+        since_ms = committed_ms - before[-1] if before else 0
+        print(f"  (the poll before that one was answered {since_ms} ms earlier)")
+    median_gap_ms, max_gap_ms = watch.intervals_ms()
     print(
-        f"  timer CPU during the fire phase: {fire_cpu_s:.2f} s "
-        f"({fire_cpu_s / jobs * 1e6:.1f} us per fire, incl. its librdkafka threads); "
+        f"  LSO polls: {len(watch.polls)} (every {median_gap_ms} ms median, {max_gap_ms} ms max, "
+        f"{watch.failures} failed), their CPU {watch.cpu_s:.3f} s "
+        f"({watch.cpu_s / max(len(watch.polls), 1) * 1e3:.2f} ms a poll, in its own process "
+        "with its librdkafka threads; not in the reader's CPU below)"
+    )
+    print(f"  timer RSS with every job applied, before the instant: {settled_rss_mb:.0f} MiB")
+    by_thread = {
+        kind: (seconds - threads_before_s.get(kind, 0.0)) / jobs * 1e6
+        for kind, seconds in threads_after_s.items()
+    }
+    threads = ", ".join(f"{k} {v:.2f}" for k, v in sorted(by_thread.items(), key=lambda i: -i[1]))
+    print(
+        f"  {label}timer CPU during the fire phase: {fire_cpu_s:.2f} s "
+        f"({fire_cpu_s / jobs * 1e6:.2f} us per fire, incl. its librdkafka threads: {threads}); "
         f"broker {broker_cpu_s / jobs * 1e6:.1f} us, this reader {reader_cpu_s / jobs * 1e6:.1f} us"
     )
 
 
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def report(
-    events: list[dict[str, Any]], jobs: int, instant_ms: int, raw_produce_per_s: float, rss: float
+    events: list[dict[str, Any]],
+    jobs: int,
+    instant_ms: int,
+    raw_produce_per_s: float,
+    rss: float,
+    committed_ms: int | None = None,
+    label: str = "",
 ) -> None:
+    """Print the fire figures; rates count until all committed (the LSO when known)."""
     ids = {e["execution_id"] for e in events}
     lateness = sorted(e["emitted_at_ms"] - e["fire_at_ms"] for e in events)
     read_lateness = sorted(e["read_at_ms"] - e["fire_at_ms"] for e in events)
@@ -475,15 +542,21 @@ def report(
     last_emit = max(e["emitted_at_ms"] for e in events)
     last_read = max(e["read_at_ms"] for e in events)
     drain_s = max(last_emit - first_emit, 1) / 1000
-    # A fire counts once its transaction committed (read back read_committed): fires are
-    # produced ahead of their commit, so emitted_at alone overstates the rate.
-    visible_s = max(last_read - instant_ms, 1) / 1000
-    visible_per_s = jobs / visible_s
+    # A fire counts once its transaction committed: fires are produced ahead of their commit,
+    # so emitted_at alone overstates the rate. The broker's LSO says when (the reader's
+    # read-back is later by its own consume rate); without it, the read-back is the bound.
+    read_s = max(last_read - instant_ms, 1) / 1000
+    committed_s = max(committed_ms - instant_ms, 1) / 1000 if committed_ms is not None else read_s
+    committed_per_s = jobs / committed_s
     print(f"DueEvents: {len(events):,} read, {len(ids):,} distinct execution ids of {jobs:,}")
-    print(f"  instant -> last emitted: {(last_emit - instant_ms) / 1000:.2f} s")
-    print(f"  instant -> last read back (committed): {visible_s:.2f} s")
+    print(f"  {label}instant -> last emitted: {(last_emit - instant_ms) / 1000:.2f} s")
+    if committed_ms is not None:
+        print(f"  {label}instant -> all committed (LSO): {committed_s:.2f} s")
+    else:
+        print("  instant -> all committed (LSO): not seen (no LSO poll past the last records)")
+    print(f"  instant -> last read back by the reader (read_committed): {read_s:.2f} s")
     print(f"  fires/s (first to last emit): {jobs / drain_s:,.0f}")
-    print(f"  fires/s (instant to last committed): {visible_per_s:,.0f}")
+    print(f"  {label}fires/s (instant to all committed): {committed_per_s:,.0f}")
     print(
         f"  lateness emitted-fire_at ms: p50 {percentile(lateness, 0.5)}, "
         f"p99 {percentile(lateness, 0.99)}, max {lateness[-1]}"
@@ -494,8 +567,9 @@ def report(
     )
     print(f"  timer peak RSS: {rss:.0f} MiB")
     print(
-        f"  ratio to raw produce/s: committed {visible_per_s / raw_produce_per_s:.2f}, "
-        f"emitted {jobs / drain_s / raw_produce_per_s:.2f}"
+        f"  {label}ratio to raw produce/s: committed {committed_per_s / raw_produce_per_s:.2f}, "
+        f"emitted {jobs / drain_s / raw_produce_per_s:.2f}, "
+        f"read back {jobs / read_s / raw_produce_per_s:.2f}"
     )
 
 
@@ -533,6 +607,15 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="extra environment of the timer, e.g. KAFKRON_TIMER_BATCH_SIZE=5000",
     )
+    parser.add_argument(
+        "--baseline-root", type=Path, default=None,
+        help="also run the timer of this checkout (e.g. `git archive HEAD | tar -x -C DIR`), "
+        "alternating with this one's, for a same-run A/B",
+    )  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, help="herds per timer checkout")
+    parser.add_argument(
+        "--lso-interval-ms", type=int, default=20, help="how often the due topics' LSOs are polled"
+    )
     args = parser.parse_args()
     timer_env = parse_env(args.timer_env)
     options = HerdOptions(
@@ -544,8 +627,18 @@ def main() -> None:
         args.idle,
         args.keep_log,
         timer_env,
+        lso_interval_ms=args.lso_interval_ms,
     )
-    run_herd(args.bootstrap, args.jobs, options)
+    roots = [options]
+    if args.baseline_root is not None:
+        roots.append(replace(options, timer_root=args.baseline_root.resolve(), label="baseline "))
+    pipe = measure_pipe(args.bootstrap, args.jobs)
+    print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
+    for run in range(args.repeat):
+        for run_options in roots if run % 2 == 0 else roots[::-1]:
+            which = run_options.label or "this tree"
+            print(f"--- run {run + 1}/{args.repeat}: {which}", flush=True)
+            run_herd(args.bootstrap, args.jobs, run_options, pipe.produce_per_s)
 
 
 if __name__ == "__main__":
