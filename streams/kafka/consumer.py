@@ -17,6 +17,7 @@ Group protocol: KIP-848 (``group.protocol=consumer``) with the broker-side ``ran
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import Consumer
@@ -34,6 +35,7 @@ from streams.settings import KafkaSettings
 DEFAULT_SESSION_TIMEOUT_MS = 6_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
 _ADMIN_TIMEOUT_S = 30.0
+_APPLIED_POLL_S = 0.05
 
 
 def group_consumer_config(
@@ -120,3 +122,25 @@ def configure_group_session(
             f"{group_id}: {exc}. Check the broker's group.consumer.min/max.session.timeout.ms "
             "and group.consumer.min/max.heartbeat.interval.ms."
         ) from exc
+    _await_applied(admin, group_id, "consumer.session.timeout.ms", str(session_timeout_ms))
+
+
+def _await_applied(admin: Any, group_id: str, name: str, value: str) -> None:
+    """Wait until the broker describes the group's ``name`` as ``value``.
+
+    The alter is acknowledged once it is in the metadata log; the broker's view of it lags
+    (by seconds on a loaded machine), and a consumer joining before then gets the old
+    session timeout.
+    """
+    resource = ConfigResource(ResourceType.GROUP, group_id)
+    deadline_s = time.monotonic() + _ADMIN_TIMEOUT_S
+    while True:
+        described = admin.describe_configs([resource])[resource].result(timeout=_ADMIN_TIMEOUT_S)
+        if described[name].value == value:
+            return
+        if time.monotonic() >= deadline_s:
+            raise ConfigurationError(
+                f"group {group_id}: {name} was set to {value} but the broker still describes "
+                f"{described[name].value} after {_ADMIN_TIMEOUT_S:.0f} s"
+            )
+        time.sleep(_APPLIED_POLL_S)
