@@ -1,17 +1,24 @@
-"""Steady firing: R one-off jobs a second coming due for D seconds, one timer, real Kafka.
+"""Steady firing: R one-off jobs a second coming due for D seconds, one timer, one executor.
 
-Run: ``.venv/bin/python -m bench.steady [--rate 2000] [--duration-s 60]``.
+Run: ``.venv/bin/python -m bench.steady [--rate 2000] [--duration-s 60] [--fire-ahead-ms 200]``
+(``--fire-ahead-ms 0`` fires nothing early: the timer's behaviour before fire-ahead).
 
-Issue 3's target: 2K jobs/s coming due for 60 s, fire lateness p50 <= 10 ms and p99 <= 50 ms.
-All ``rate * duration`` one-offs are created before the window (raw Job records, the timer
-applies them first), with ``run_at`` spread evenly over the window. Lateness is measured as a
-user sees it: when the DueEvent becomes visible to a ``read_committed`` reader of ``due.*``
-minus its ``fire_at_ms`` (this includes the transaction commit), and, for comparison, from
-the record's Kafka timestamp (set when the timer produced it, so without the commit) and
-from its ``emitted_at_ms``. Printed with the raw pipe baseline of the same run (the load
-as a share of raw produce) and the timer's CPU per fire.
+Issue 3's target: 2K jobs/s coming due for 60 s, lateness p50 <= 10 ms and p99 <= 50 ms.
+All ``rate * duration`` one-offs (handler ``examples.noop``, no jitter, so ``fire_at`` =
+``run_at`` = ``scheduled_for``) are created before the window (raw Job records, the timer
+applies them first), with ``run_at`` spread evenly over the window. A timer (``TimerProcess``,
+``KAFKRON_TIMER_FIRE_AHEAD_MS``) and an executor (``bench.e2e_herd.ExecutorChild``) run as
+child processes; a canary per partition proves both live.
 
-Reuses ``bench.herd``'s helpers (topics, reader, timer process, waits, cleanup).
+Headline: **start lateness**, when the job runs: each STARTED result's ``started_at_ms``
+(the executor's clock when the handler starts) minus the job's ``fire_at_ms``; read from
+``job-results`` ``read_committed``. Next to it, for the DueEvents (read from ``due.*``
+``read_committed``): when each became visible minus ``fire_at_ms`` (negative: visible that
+long before it was due, the fire-ahead at work; includes the transaction commit), the
+record's Kafka timestamp (the timer's produce, before the commit) and ``emitted_at_ms``
+minus ``fire_at_ms``. Printed with the raw pipe baseline of the same run (the load as a
+share of raw produce) and CPU per job of timer, executor and broker. Every topic of the run
+is deleted at the end.
 """
 
 from __future__ import annotations
@@ -20,8 +27,17 @@ import argparse
 import shutil
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
+from bench.e2e_herd import (
+    CODEC,
+    EXECUTOR_ENV,
+    HANDLER,
+    ExecutorChild,
+    ResultLog,
+    wait_until_serving,
+)
 from bench.herd import (
     DueReader,
     TimerProcess,
@@ -35,54 +51,87 @@ from bench.herd import (
     process_cpu_s,
     produce_jobs,
     wait_until_applied,
-    wait_until_live,
 )
 from bench.pipe import measure_pipe
 from streams.admin import ensure_topics
+from streams.codec import RecordKind
 from streams.settings import KafkaSettings
 
-_READ_POLL_S = 0.002  # the reader's wait per poll: read_at is at most this late
+PREFIX = "steady-"
+_READ_POLL_S = 0.002  # the DueEvent reader's wait per poll: read_at is at most this late
 
 
-def run_steady(
-    bootstrap: str, rate: int, duration_s: float, partitions: int, timer_env: dict[str, str]
-) -> None:
-    jobs = int(rate * duration_s)
+@dataclass(frozen=True)
+class SteadyOptions:
+    """One steady run: its load and the children's extra environment."""
+
+    rate: int = 2_000
+    duration_s: float = 60.0
+    partitions: int = 12
+    fire_ahead_ms: int = 200
+    timer_env: dict[str, str] | None = None
+    executor_env: dict[str, str] | None = None
+
+
+@dataclass
+class Measured:
+    """What one steady run read back."""
+
+    events: list[dict[str, Any]]  # DueEvents, decoded, with read_at_ms and kafka_ts_ms
+    results: list[dict[str, Any]]  # the jobs' ExecutionResults
+    cpu: dict[str, float]
+
+
+def run_steady(bootstrap: str, options: SteadyOptions) -> None:
+    jobs = int(options.rate * options.duration_s)
     pipe = measure_pipe(bootstrap, max(jobs, 100_000))
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
-    settings = bench_settings(bootstrap, "steady", partitions)
+    settings = bench_settings(bootstrap, "steady", options.partitions)
     namespace, state_dir = settings.namespace, settings.state_dir
     try:
         ensure_topics(settings)
-        reader = DueReader(settings)
+        due_reader = DueReader(settings)
+        results = ResultLog(settings, PREFIX)
         try:
-            events, cpu = _fire_steadily(settings, reader, rate, jobs, timer_env)
+            measured = _fire_steadily(settings, due_reader, results, jobs, options)
         finally:
-            reader.close()
+            due_reader.close()
+            results.close()
     finally:
         delete_namespace(bootstrap, namespace)
         shutil.rmtree(state_dir, ignore_errors=True)
-    report(events, jobs, rate, pipe.produce_per_s, cpu)
+    report(measured, jobs, options, pipe.produce_per_s)
 
 
 def _fire_steadily(
     settings: KafkaSettings,
-    reader: DueReader,
-    rate: int,
+    due_reader: DueReader,
+    results: ResultLog,
     jobs: int,
-    timer_env: dict[str, str],
-) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    timer = TimerProcess(settings, "steady-timer-0", settings.state_dir, **timer_env).start()
+    options: SteadyOptions,
+) -> Measured:
+    timer_env = {"KAFKRON_TIMER_FIRE_AHEAD_MS": str(options.fire_ahead_ms)}
+    timer_env.update(options.timer_env or {})
+    timer = TimerProcess(settings, "steady-timer-0", settings.state_dir, **timer_env)
+    executor_env = {**EXECUTOR_ENV, **(options.executor_env or {})}
+    executor = ExecutorChild(settings, "steady-executor-0", settings.state_dir, **executor_env)
     try:
-        wait_until_live(settings, reader)
-        started_with = len(reader.values)
+        timer.start()
+        executor.start()
+        wait_until_serving(settings, results)
         # The timer applies ~5-10K creates/s here: the window opens once all are applied.
         window_start_ms = now_ms() + int((10 + jobs * 200e-6) * 1000)
         created = now_ms()
+        rate = options.rate
         produce_jobs(
             settings,
             (
-                job_record(f"steady-{i:07d}", created, run_at_ms=window_start_ms + i * 1000 // rate)
+                job_record(
+                    f"{PREFIX}{i:07d}",
+                    created,
+                    run_at_ms=window_start_ms + i * 1000 // rate,
+                    handler=HANDLER,
+                )
                 for i in range(jobs)
             ),
         )
@@ -90,55 +139,85 @@ def _fire_steadily(
         if applied_ms > window_start_ms:
             print("** LATE: the timer applied the creates after the window opened **")
         print(f"created {jobs:,} one-offs; window opens {window_start_ms - applied_ms} ms later")
-        while now_ms() < window_start_ms - 200:
-            reader.poll(0.05)
+        while now_ms() < window_start_ms - 1_000:
+            due_reader.poll(0.05)
+            results.poll(0.0)
+        del due_reader.values[:]  # canaries: not part of the figures
+        del due_reader.kafka_ts_ms[:]
         broker = local_broker_pid()
-        before = timer.cpu_s(), process_cpu_s(broker)
+        pids = {"timer": timer.pid, "executor": executor.pid, "broker": broker}
+        before = {name: process_cpu_s(pid) for name, pid in pids.items()}
         deadline = time.monotonic() + jobs / rate + 120
-        while len(reader.values) < started_with + jobs:
+        while len(due_reader.values) < jobs or len(results.values) < 2 * jobs:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"read {len(reader.values) - started_with} of {jobs}")
-            reader.poll(_READ_POLL_S)
-        after = timer.cpu_s(), process_cpu_s(broker)
-        cpu = {"timer_s": after[0] - before[0], "broker_s": after[1] - before[1]}
-        cpu["rss_mb"] = timer.peak_rss_mb()
+                raise TimeoutError(
+                    f"read {len(due_reader.values)} DueEvents and {len(results.values)} results "
+                    f"of {jobs} jobs"
+                )
+            due_reader.poll(_READ_POLL_S)
+            results.poll(0.0)
+        after = {name: process_cpu_s(pid) for name, pid in pids.items()}
+        cpu = {f"{name}_s": after[name] - before[name] for name in pids}
+        cpu["timer_rss_mb"] = timer.peak_rss_mb()
+        cpu["executor_rss_mb"] = executor.peak_rss_mb()
     finally:
+        executor.stop()
         timer.stop()
-    events = [e for e in reader.events() if e["job_id"].startswith("steady-")]
-    return events, cpu
+    events = [e for e in due_reader.events() if e["job_id"].startswith(PREFIX)]
+    return Measured(events, list(_decoded(results)), cpu)
 
 
-def report(
-    events: list[dict[str, Any]],
-    jobs: int,
-    rate: int,
-    raw_produce_per_s: float,
-    cpu: dict[str, float],
-) -> None:
-    fired = Counter(e["execution_id"] for e in events)
-    print(
-        f"steady: {rate:,} jobs/s for {jobs / rate:.0f} s; {len(fired):,} of {jobs:,} fired, "
-        f"{sum(n - 1 for n in fired.values())} repeated"
+def _decoded(results: ResultLog) -> list[dict[str, Any]]:
+    return [CODEC.decode(RecordKind.EXECUTION_RESULT, v) for v in results.values]
+
+
+def _spread(values: list[int]) -> str:
+    late = sorted(values)
+    return (
+        f"p1 {percentile(late, 0.01)}, p50 {percentile(late, 0.5)}, "
+        f"p99 {percentile(late, 0.99)}, max {late[-1]}"
     )
+
+
+def report(measured: Measured, jobs: int, options: SteadyOptions, raw_produce_per_s: float) -> None:
+    events, results, cpu = measured.events, measured.results, measured.cpu
+    fired = Counter(e["execution_id"] for e in events)
+    statuses = Counter(r["status"] for r in results)
+    started = [r for r in results if r["status"] == "STARTED"]
+    starts = Counter(r["execution_id"] for r in started)
+    rate = options.rate
+    print(
+        f"steady: {rate:,} jobs/s for {jobs / rate:.0f} s, fire-ahead {options.fire_ahead_ms} "
+        f"ms; {len(fired):,} of {jobs:,} fired, {sum(n - 1 for n in fired.values())} repeated; "
+        f"results {dict(statuses)}, {sum(n - 1 for n in starts.values())} started twice"
+    )
+    # One-offs without jitter: fire_at_ms == scheduled_for_ms, which results carry.
+    start_late = [r["started_at_ms"] - r["scheduled_for_ms"] for r in started]
+    print(f"  START lateness (started_at - fire_at) ms: {_spread(start_late)}")
+    early = sum(1 for v in start_late if v < 0)
+    print(f"    started before fire_at: {early} (must be 0)")
     for name, field in (
         ("visible (read_committed - fire_at)", "read_at_ms"),
         ("Kafka timestamp - fire_at", "kafka_ts_ms"),
         ("emitted_at - fire_at", "emitted_at_ms"),
     ):
-        late = sorted(e[field] - e["fire_at_ms"] for e in events)
-        print(
-            f"  lateness {name:36} ms: p50 {percentile(late, 0.5)}, "
-            f"p99 {percentile(late, 0.99)}, max {late[-1]}"
-        )
+        late = [e[field] - e["fire_at_ms"] for e in events]
+        print(f"  DueEvent {name:36} ms: {_spread(late)}")
+    visible = [e["read_at_ms"] - e["fire_at_ms"] for e in events]
+    ahead = sum(1 for v in visible if v < 0)
     print(
-        f"  reader granularity: {_READ_POLL_S * 1000:.0f} ms; "
-        f"load {rate / raw_produce_per_s:.4f} of the same run's raw produce "
+        f"    visible before fire_at: {ahead / len(visible):.1%} of DueEvents "
+        f"(reader granularity {_READ_POLL_S * 1000:.0f} ms)"
+    )
+    print(
+        f"  load {rate / raw_produce_per_s:.4f} of the same run's raw produce "
         f"({raw_produce_per_s:,.0f}/s)"
     )
     print(
-        f"  CPU per fire: timer {cpu['timer_s'] / jobs * 1e6:.0f} us, broker "
-        f"{cpu['broker_s'] / jobs * 1e6:.0f} us (shared machine); timer peak RSS "
-        f"{cpu['rss_mb']:.0f} MiB"
+        f"  CPU per job: timer {cpu['timer_s'] / jobs * 1e6:.0f} us, executor "
+        f"{cpu['executor_s'] / jobs * 1e6:.0f} us, broker {cpu['broker_s'] / jobs * 1e6:.0f} us "
+        f"(shared machine); peak RSS timer {cpu['timer_rss_mb']:.0f} MiB, executor "
+        f"{cpu['executor_rss_mb']:.0f} MiB"
     )
 
 
@@ -146,6 +225,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate", type=int, default=2_000, help="jobs coming due per second")
     parser.add_argument("--duration-s", type=float, default=60.0)
+    parser.add_argument("--fire-ahead-ms", type=int, default=200, help="the timer's setting")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument(
@@ -155,9 +235,23 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="extra environment of the timer, e.g. KAFKRON_TIMER_PUNCTUATE_INTERVAL_MS=5",
     )
+    parser.add_argument(
+        "--executor-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment of the executor, e.g. KAFKRON_EXECUTOR_MAX_HOLD_MS=0",
+    )
     args = parser.parse_args()
-    timer_env = parse_env(args.timer_env)
-    run_steady(args.bootstrap, args.rate, args.duration_s, args.partitions, timer_env)
+    options = SteadyOptions(
+        rate=args.rate,
+        duration_s=args.duration_s,
+        partitions=args.partitions,
+        fire_ahead_ms=args.fire_ahead_ms,
+        timer_env=parse_env(args.timer_env),
+        executor_env=parse_env(args.executor_env),
+    )
+    run_steady(args.bootstrap, options)
 
 
 if __name__ == "__main__":

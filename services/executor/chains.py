@@ -15,11 +15,9 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from confluent_kafka import Message
+from services.executor.lane_buffers import Buffered, LaneBuffers
 
-from services.executor.lane_buffers import LaneBuffers
-
-StartRecord = Callable[[Message, "asyncio.Task[Any]"], Coroutine[Any, Any, None] | None]
+StartRecord = Callable[[Buffered, "asyncio.Task[Any]"], Coroutine[Any, Any, None] | None]
 """Starts one record; returns the rest of its run to await, or None when it is done.
 The task is the chain's own, to cancel the run at its deadline or when it is dropped."""
 

@@ -54,8 +54,8 @@ _ONE_LONG = re.compile(_VARINT, re.DOTALL)
 _CACHED_RUNS = 4
 
 # The bytes of job_version .. attempt; their raw job_version, scheduled_for_ms and attempt,
-# and the values of scheduled_for_ms and attempt.
-_Longs = tuple[bytes, tuple[bytes, bytes, bytes, int, int]]
+# and the values of scheduled_for_ms, attempt and fire_at_ms.
+_Longs = tuple[bytes, tuple[bytes, bytes, bytes, int, int, int]]
 # handler, payload, timeout_ms, priority, trigger index
 _RunFields = tuple[bytes, bytes, int, Priority, int]
 
@@ -77,6 +77,7 @@ class DueView(NamedTuple):
     attempt: int
     raw_attempt: bytes
     raw_job_version: bytes
+    fire_at_ms: int  # when the run may start (the timer may emit it a little earlier)
     handler: bytes  # the handler name as UTF-8 (validated)
     payload: bytes
     timeout_ms: int
@@ -154,6 +155,7 @@ class DueReader:
             record["attempt"],
             avro_long(record["attempt"]),
             avro_long(record["job_version"]),
+            record["fire_at_ms"],
             record["handler"].encode(),
             record["payload"],
             record["timeout_ms"],
@@ -196,7 +198,7 @@ class DueReader:
         longs = self._last_longs
         if longs is None or not data.startswith(longs[0], pos):
             longs = self._read_longs(data, pos)
-        raw_version, raw_scheduled, raw_attempt, scheduled, attempt = longs[1]
+        raw_version, raw_scheduled, raw_attempt, scheduled, attempt, fire_at = longs[1]
         pos += len(longs[0])
         fields = None
         for run, cached in self._runs:
@@ -224,6 +226,7 @@ class DueReader:
                 attempt,
                 raw_attempt,
                 raw_version,
+                fire_at,
                 handler,
                 payload,
                 timeout,
@@ -249,15 +252,17 @@ class DueReader:
         longs = _FOUR_LONGS.match(data, pos)
         if longs is None:
             raise _NotFastError
-        raw_version, raw_scheduled, _, raw_attempt = longs.groups()
+        raw_version, raw_scheduled, raw_fire_at, raw_attempt = longs.groups()
+        scheduled = decode_long(raw_scheduled)  # fire_at_ms is the same unless jittered
         parsed = (
             data[pos : longs.end()],
             (
                 raw_version,
                 raw_scheduled,
                 raw_attempt,
-                decode_long(raw_scheduled),
+                scheduled,
                 decode_long(raw_attempt),
+                scheduled if raw_fire_at == raw_scheduled else decode_long(raw_fire_at),
             ),
         )
         self._last_longs = parsed

@@ -6,6 +6,9 @@
 down to half. Records fetched before a pause took effect still go in, so the bound is soft
 by at most one consumer batch.
 
+Runs released from a hold (:mod:`services.executor.holds`) go back to the front of their
+lane with :meth:`LaneBuffers.requeue`: they were read before everything behind them.
+
 While only one lane holds records, a pick needs no selector: with one lane with work,
 :meth:`LaneSelector.pick` takes it and resets every lane's passes, which is what
 :meth:`LaneSelector.reset` does, once, at the first such pick.
@@ -18,8 +21,11 @@ from collections.abc import Collection, Mapping
 
 from confluent_kafka import Message
 
+from services.executor.holds import HeldRun
 from services.executor.lanes import LANES, LaneSelector
 from streams.topics import Priority
+
+Buffered = Message | HeldRun
 
 
 class LaneBuffers:
@@ -35,7 +41,7 @@ class LaneBuffers:
         self._capacity = capacity
         self._resume_at = capacity // 2
         self._selector = LaneSelector(max_passes)
-        self._buffers: dict[Priority, deque[Message]] = {lane: deque() for lane in LANES}
+        self._buffers: dict[Priority, deque[Buffered]] = {lane: deque() for lane in LANES}
         self._size = 0
         self._only: Priority | None = None  # the one lane holding records, when only one does
         self._passes_clear = True  # every lane's passes are 0 (as after a one-lane pick)
@@ -50,6 +56,7 @@ class LaneBuffers:
         lane = self._lane_of_topic[message.topic() or ""]
         buffer = self._buffers[lane]
         buffer.append(message)
+        # Inline (a call per consumed record costs); requeue() shares it through _added.
         if not self._size:
             self._only = lane
         elif lane is not self._only:
@@ -59,7 +66,25 @@ class LaneBuffers:
             self._full.add(lane)
             self._changed = True
 
-    def take(self) -> Message | None:
+    def requeue(self, runs: list[HeldRun]) -> None:
+        """Put runs whose hold ended at the front of their lanes, in the order given."""
+        for run in reversed(runs):
+            lane = self._lane_of_topic[run.tp[0]]
+            buffer = self._buffers[lane]
+            buffer.appendleft(run)
+            self._added(lane, buffer)
+
+    def _added(self, lane: Priority, buffer: deque[Buffered]) -> None:
+        if not self._size:
+            self._only = lane
+        elif lane is not self._only:
+            self._only = None
+        self._size += 1
+        if len(buffer) >= self._capacity and lane not in self._full:
+            self._full.add(lane)
+            self._changed = True
+
+    def take(self) -> Buffered | None:
         """The next record to run, by lane priority and starvation bound; None when empty."""
         if not self._size:
             return None

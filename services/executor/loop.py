@@ -7,12 +7,14 @@
   run on :class:`Chains`: a plain call per record (:meth:`RecordRunner.start`), and an
   ``await`` only for a run that must wait, up to ``max_in_flight`` waiting at once; one
   sweep timer (:class:`Deadlines`) keeps their deadlines. Outputs go to the producer in
-  batches (every loop turn, and before every commit).
+  batches (every loop turn, and before every commit). A record read before its
+  ``fire_at_ms`` is held (:class:`Holds`, one timer) and goes back to its lane when due.
 - **Commit** every ``commit_interval_ms`` through :class:`Committer`: results, retries,
   dead letters, dedup changelog and positions (per partition the lowest unfinished offset)
   in one transaction.
-- **Revoke:** no new runs for those partitions, runs get ``revoke_grace_s`` to finish,
-  commit, drop the rest. **Lost**, or an **aborted transaction:** abort, cancel every run,
+- **Revoke:** no new runs for those partitions, held ones are dropped, runs get
+  ``revoke_grace_s`` to finish, commit (never past a held or unfinished offset), drop the
+  rest. **Lost**, or an **aborted transaction:** abort, cancel every run,
   rewind every owned partition to its last committed position.
 """
 
@@ -34,6 +36,7 @@ from services.executor.commit import CommitAbortedError, Committer
 from services.executor.consuming import Consuming
 from services.executor.deadlines import Deadlines
 from services.executor.handlers import HandlerRegistry
+from services.executor.holds import HeldRun, Holds
 from services.executor.lane_buffers import LaneBuffers
 from services.executor.lanes import LANES
 from services.executor.offsets import OffsetTracker
@@ -44,7 +47,7 @@ from services.executor.stats import ExecutorStats
 from services.executor.sync_pool import SyncHandlerPool
 from streams.codec import Codec
 from streams.exceptions import KafkronError
-from streams.topics import TopicNames
+from streams.topics import Priority, TopicNames
 
 log = logging.getLogger(__name__)
 _CONSUME_TIMEOUT_S = 0.1
@@ -76,6 +79,8 @@ class ExecutorLoop:
         self._stopping = self._failed = False
         self._interval_s = settings.commit_interval_ms / 1000
         self._last_commit = time.monotonic()
+        self._full_lanes: frozenset[Priority] = frozenset()
+        self._held_full = False  # too many held: every lane paused
 
     def start(self) -> None:
         """Open the clients and stores, and subscribe to the due topics."""
@@ -94,11 +99,20 @@ class ExecutorLoop:
             self.settings.sync_pool_size, max_abandoned=self.settings.sync_max_stuck_threads
         )
         self._deadlines = Deadlines(self._loop)
+        self._holds: Holds | None = None
+        if self.settings.max_hold_ms > 0:
+            self._holds = Holds(
+                self._loop,
+                self._released,
+                self.settings.max_hold_ms,
+                self.settings.hold_resolution_ms,
+            )
         self._runs = RecordRunner(
             worker_id=self.settings.worker_id, names=self._names, codec=self._codec,
             registry=self._registry, pool=self._pool, producer=self._producer,
             dedup=clients.dedup, assignment=self._assignment, offsets=self._offsets,
             stats=self.stats, request_abort=self._request_abort, deadlines=self._deadlines,
+            holds=self._holds,
         )  # fmt: skip
         self._chains = Chains(self._buffers, self._runs.start, self.settings.max_in_flight)
         bridge = RebalanceBridge(
@@ -150,11 +164,7 @@ class ExecutorLoop:
             consume = self._consuming.start_batch(self._loop)
             consume.add_done_callback(lambda _: self._wake.set())
         restoring = self._assignment.step_restore()
-        full = self._buffers.full_lanes()
-        if full is not None:
-            self._assignment.pause_topics(
-                [t for t, lane in self._lane_of_topic.items() if lane in full]
-            )
+        self._sync_pauses()
         spawned = self._chains.dispatch()
         self._runs.flush_outputs()
         self._producer.poll()
@@ -165,6 +175,28 @@ class ExecutorLoop:
         else:
             await self._wait_for_wake()
         return consume
+
+    def _sync_pauses(self) -> None:
+        """Pause the topics of full lanes, or every one while too many events are held."""
+        full = self._buffers.full_lanes()
+        if full is not None:
+            self._full_lanes = full
+        held_full = self._held_full
+        if self._holds is not None:
+            held, limit = len(self._holds), self.settings.max_held
+            held_full = held > limit // 2 if held_full else held >= limit
+        if full is None and held_full is self._held_full:
+            return
+        self._held_full = held_full
+        lanes = frozenset(LANES) if held_full else self._full_lanes
+        self._assignment.pause_topics(
+            [t for t, lane in self._lane_of_topic.items() if lane in lanes]
+        )
+
+    def _released(self, runs: list[HeldRun]) -> None:
+        """Runs whose hold ended: to the front of their lanes, for the chains to start."""
+        self._buffers.requeue(runs)
+        self._wake.set()
 
     async def _wait_for_wake(self) -> None:
         if not self._wake.is_set():
@@ -243,6 +275,8 @@ class ExecutorLoop:
         self._runs.drop_outputs()
         self._chains.cancel_all()
         self._buffers.clear()
+        if self._holds is not None:
+            self.stats.dropped += self._holds.clear()
         for tp in self._runs.active:
             self._offsets.drop(tp)
         self._runs.active.clear()
@@ -251,6 +285,8 @@ class ExecutorLoop:
 
     def _release(self, tps: list[TP]) -> None:
         self._buffers.discard(tps)
+        if self._holds is not None:
+            self.stats.dropped += self._holds.discard(tps)
         for tp in tps:
             self._runs.cancel(tp)
             self._offsets.drop(tp)
@@ -263,6 +299,8 @@ class ExecutorLoop:
         """Revoke began: no new runs for ``tps``; their runs get ``revoke_grace_s``."""
         self._assignment.stop_starting(tps)
         self._buffers.discard(tps)
+        if self._holds is not None:  # not started: the next owner runs them
+            self.stats.dropped += self._holds.discard(tps)
         await self._runs.wait(tps, self.settings.revoke_grace_s)
 
     def _revoked(self, tps: list[TP]) -> None:
@@ -307,6 +345,8 @@ class ExecutorLoop:
         self._chains.cancel_all()
         await self._chains.wait_all()
         self._deadlines.close()
+        if self._holds is not None:
+            self._holds.close()
         if consume is not None:
             await asyncio.wait([consume])
         try:

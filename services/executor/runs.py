@@ -10,6 +10,10 @@ that never awaits), are done when it returns, at the cost of a few calls. A run 
 wait (its coroutine suspended, or a sync handler on the thread pool) comes back as a
 coroutine for the caller to await on its task; its deadline is kept by
 :class:`~services.executor.deadlines.Deadlines`, not by a timer of its own.
+
+A record read before its ``fire_at_ms`` is held (:mod:`services.executor.holds`): its
+offset stays in flight, and it comes back to :meth:`RecordRunner.start` as a
+:class:`~services.executor.holds.HeldRun` when its hold ends, to run from the dedup check on.
 """
 
 from __future__ import annotations
@@ -21,8 +25,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import Any
 
-from confluent_kafka import Message
-
 from services.executor.assignment import TP, Assignment, Token
 from services.executor.context import HandlerContext
 from services.executor.deadlines import Deadlines
@@ -30,7 +32,9 @@ from services.executor.dedup import DedupEntry, DedupStore, Progress, entry_afte
 from services.executor.due_view import TRIGGERS, DueEventMapping, DueReader, DueView, decode_long
 from services.executor.exceptions import HandlerNotFoundError, SyncHandlersStuckError
 from services.executor.handlers import HandlerRegistry, RegisteredHandler
-from services.executor.offsets import OffsetTracker
+from services.executor.holds import HeldRun, Holds
+from services.executor.lane_buffers import Buffered
+from services.executor.offsets import OffsetTracker, PartitionOffsets
 from services.executor.outcomes import attempt_outputs, started_result, undecodable_dead_letter
 from services.executor.result_bytes import AvroClock, ResultEncoder
 from services.executor.runner import (
@@ -116,6 +120,7 @@ class RecordRunner:
         stats: ExecutorStats,
         request_abort: Callable[[str], None],
         deadlines: Deadlines,
+        holds: Holds | None = None,
     ) -> None:
         self._worker_id = worker_id
         self._results, self._retry, self._dlq = names.job_results, names.retry, names.dlq
@@ -132,6 +137,7 @@ class RecordRunner:
         self._assignment, self._offsets, self._stats = assignment, offsets, stats
         self._request_abort = request_abort
         self._deadlines = deadlines
+        self._holds = holds  # None: every record runs when read, whatever its fire_at_ms
         # Outputs of runs not yet handed to the producer: one produce_many per batch.
         self._outputs: list[tuple[str, bytes | None, bytes | None]] = []
         self.running: dict[TP, dict[int, RunTask]] = {}
@@ -149,12 +155,15 @@ class RecordRunner:
         while any(self.running.get(tp) for tp in tps) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
-    def start(self, message: Message, task: RunTask) -> Rest | None:
+    def start(self, message: Buffered, task: RunTask) -> Rest | None:
         """Run one due record (or skip, or dead-letter it) as far as it goes without waiting.
 
-        Returns None when the record is done, else the waiting rest of its run, to be
-        awaited on ``task`` (which a deadline or a revoke cancels).
+        Returns None when the record is done (or held until its ``fire_at_ms``), else the
+        waiting rest of its run, to be awaited on ``task`` (which a deadline or a revoke
+        cancels). A :class:`HeldRun` whose hold ended runs from the dedup check on.
         """
+        if isinstance(message, HeldRun):
+            return self._resume(message, task)
         tp = (message.topic() or "", message.partition() or 0)
         token = self._assignment.token_to_start(tp)
         if token is None:
@@ -175,6 +184,37 @@ class RecordRunner:
         except DecodeError as exc:
             self._undecodable(tp, offset, message.key(), value, str(exc))
             return None
+        clock = self._clock
+        if view.fire_at_ms > clock.ms and self._holds is not None:
+            clock.now()  # clock.ms only lags the clock: read it only when it may matter
+            if view.fire_at_ms > clock.ms:
+                offsets.hold(offset)
+                self._holds.hold(view, tp, offset, token, clock.ms)
+                self._stats.held += 1
+                return None
+        return self._run(view, tp, offset, token, task, offsets)
+
+    def _resume(self, held: HeldRun, task: RunTask) -> Rest | None:
+        """Run a record whose hold ended, unless its partition went meanwhile."""
+        tp, offset = held.tp, held.offset
+        if self._assignment.token_to_start(tp) is not held.token:
+            self._stats.dropped += 1  # released, rewound or being revoked: read again
+            return None
+        rest = self._run(held.view, tp, offset, held.token, task, None)
+        if rest is None:
+            self._offsets.finished(tp, offset)
+        return rest
+
+    def _run(
+        self,
+        view: DueView,
+        tp: TP,
+        offset: int,
+        token: Token,
+        task: RunTask,
+        offsets: PartitionOffsets | None,
+    ) -> Rest | None:
+        """Run a read record from the dedup check on; ``offsets`` None: its offset is held."""
         execution_id = view.execution_id
         previous = self._dedup.lookup(tp[1], execution_id)
         if (previous is not None or execution_id in self._running_ids) and self._skipped(
@@ -223,7 +263,8 @@ class RecordRunner:
         if rest is None:
             self._succeeded(view, started, started_ms, tp, previous)
             return None
-        offsets.hold(offset)
+        if offsets is not None:
+            offsets.hold(offset)
         run = _Run(view, handler, tp, offset, token, previous, started, started_ms)
         return self._wait(run, rest, task, ctx.deadline_monotonic_s)
 

@@ -60,6 +60,16 @@ class ExecutorSettings(BaseSettings):
     # sync work (those attempts fail, retryable, saying why) until some return; restart it
     # to free them. None: 4 x sync_pool_size.
     sync_max_stuck_threads: int | None = Field(default=None, ge=1)
+    # A DueEvent read before its fire_at_ms (timers fire up to their fire_ahead_ms early) is
+    # held and started at fire_at_ms, but at most this long after it was read, so that a
+    # clock skew between hosts or a far-future fire_at_ms cannot park a run and its
+    # partition's committed position. 0: run every event when read (no holding).
+    max_hold_ms: int = Field(default=5_000, ge=0)
+    # Held runs start in slices this wide (at the end of the slice of their fire_at_ms), so
+    # that a steady stream starts, and produces its results, in batches (see holds.py).
+    hold_resolution_ms: int = Field(default=5, ge=1)
+    # While this many events are held, every due partition is paused (resumed at half).
+    max_held: int = Field(default=50_000, ge=2)
     # Results, retries, dead letters and offsets commit in one transaction this often.
     commit_interval_ms: int = Field(default=500, ge=10)
     consume_batch_size: int = Field(default=2000, ge=1)

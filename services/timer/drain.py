@@ -28,12 +28,12 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     (the caller turns that off while other partitions still have fires to drain).
     """
     now_ms = scope.now_ms
-    entries = scope.wheel.iter_range(watermark(scope), keys.due_bound(now_ms), budget)
+    entries = scope.wheel.iter_range(watermark(scope), keys.due_bound(scope.horizon_ms), budget)
     if not entries:
         if collect:
             collect_fired(scope, budget)
         return 0
-    scope.placement_floor_ms = now_ms + 1
+    scope.placement_floor_ms = scope.horizon_ms + 1
     # A fast entry keyed at or after this fires on time (within the misfire grace): keys
     # start with the big-endian fire time, so one bytes comparison decides it.
     on_time_from = keys.pack_ms(now_ms - scope.env.misfire_grace_ms)

@@ -62,6 +62,8 @@ class TimerEnv:
     instance_id: str
     # Decodes Job records ~2x cheaper than the codec (a create decodes one); None: the codec.
     job_reader: JobReader | None = None
+    # A drain fires entries due up to this long after now (``Scope.horizon_ms``).
+    fire_ahead_ms: int = 0
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""
@@ -89,12 +91,18 @@ class TimerEnv:
             one_off_retention_ms=settings.one_off_retention_ms,
             instance_id=settings.instance_id,
             job_reader=JobReader(codec),
+            fire_ahead_ms=settings.fire_ahead_ms,
         )
 
 
 @dataclass
 class Scope:
-    """One record's or one punctuation's view: stores, now, and counted outputs."""
+    """One record's or one punctuation's view: stores, now, and counted outputs.
+
+    ``now_ms`` is the real clock: emitted and recorded times, lateness (misfire grace,
+    catch-up windows), retention. Only a drain's reach, which entries to fire, uses
+    :attr:`horizon_ms`, up to ``fire_ahead_ms`` later.
+    """
 
     env: TimerEnv
     jobs: StoreTransaction
@@ -108,6 +116,11 @@ class Scope:
     placement_floor_ms: int = field(default=0)
     # Bulk output for the drain's hot path (one call per batch, not per fire); None: ``emit``.
     emit_many: EmitMany | None = field(default=None)
+
+    @property
+    def horizon_ms(self) -> int:
+        """Entries keyed at or before this fire now (``now_ms`` plus the fire-ahead window)."""
+        return self.now_ms + self.env.fire_ahead_ms
 
     def emit_all(self, records: list[tuple[str, bytes | None, bytes | None]]) -> None:
         """Emit ``records`` in order (counted by the caller, as fast fires are)."""

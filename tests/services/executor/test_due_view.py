@@ -103,8 +103,8 @@ def test_fast_reading_equals_fastavro(event: dict[str, Any]) -> None:
     assert view._replace(record=None) == expected_view(value)
     assert CODEC.encode(RecordKind.DUE_EVENT, READER.record(view)) == value  # NaN != NaN
     assert view.execution_id == event["execution_id"] and view.key == event["job_id"].encode()
-    assert (view.scheduled_for_ms, view.attempt, view.timeout_ms) == (
-        event["scheduled_for_ms"], event["attempt"], event["timeout_ms"]
+    assert (view.scheduled_for_ms, view.attempt, view.timeout_ms, view.fire_at_ms) == (
+        event["scheduled_for_ms"], event["attempt"], event["timeout_ms"], event["fire_at_ms"]
     )  # fmt: skip
     assert view.handler.decode() == event["handler"] and view.payload == event["payload"]
     assert view.priority is Priority(event["priority"])
