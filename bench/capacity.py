@@ -11,8 +11,9 @@ after idling), the disk of its state dir and of this namespace's topics on the b
 (when the broker's data dir is local). Then the timer is restarted three times, each with a
 sentinel job due at the restart instant: after a clean stop, after SIGKILL with the local
 state kept, after SIGKILL with the state dir wiped (rebuilt from the changelogs), reporting
-restart-to-first-fire, where the time went (group assignment, restore), the changelog
-records replayed and the ``jobs`` records the timer consumed after the restart.
+restart-to-first-fire, where the time went (group assignment, first and last partition
+ready, restore), the changelog records replayed and the ``jobs`` records the timer consumed
+after the restart.
 
 The timer child counts the input records it consumes per topic (:class:`CountingTimerHooks`)
 and logs the counts; the restore figures come from the runtime's own restore log lines.
@@ -182,11 +183,13 @@ class RestoreLog:
     from_start: int  # store partitions restored from offset 0 (local state missing)
     assigned_ms: int | None  # first "assigned [...]" with partitions
     restored_ms: int | None  # last "restored ... records"
+    ready: tuple[int, ...] = ()  # epoch ms of each "partition N ready", in log order
 
     @classmethod
     def parse(cls, text: str) -> RestoreLog:
         restored = applied = to_read = from_start = 0
         assigned_ms = restored_ms = None
+        ready: list[int] = []
         for line in text.splitlines():
             if ": restoring offsets " in line:
                 first, last = line.rsplit(" ", 1)[1].split("..")
@@ -198,7 +201,9 @@ class RestoreLog:
                 restored_ms = _line_ms(line)
             elif " assigned [" in line and " assigned []" not in line and assigned_ms is None:
                 assigned_ms = _line_ms(line)
-        return cls(restored, to_read, applied, from_start, assigned_ms, restored_ms)
+            elif " partition " in line and line.endswith(" ready"):
+                ready.append(_line_ms(line))
+        return cls(restored, to_read, applied, from_start, assigned_ms, restored_ms, tuple(ready))
 
 
 def _line_ms(line: str) -> int:
@@ -340,13 +345,15 @@ class Bench:
     broker_data: Path
     timer_env: dict[str, str] = field(default_factory=dict)
     timer: CountingTimerProcess | None = None
+    runs: int = 0
 
     @property
     def instance_dir(self) -> Path:
         return self.settings.state_dir / "cap-timer"
 
     def new_timer(self, run: str) -> CountingTimerProcess:
-        log_dir = self.settings.state_dir / f"logs-{run}"
+        self.runs += 1  # a folder per run: a repeated label must not append to a parsed log
+        log_dir = self.settings.state_dir / f"logs-{self.runs}-{run}"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.timer = CountingTimerProcess(self.settings, "cap-timer", log_dir, **self.timer_env)
         return self.timer.start()
@@ -419,7 +426,8 @@ class Bench:
         timer = self.new_timer(label.replace(" ", "-").replace(",", ""))
         fires = read_fires_of(reader, ids, timeout_s=3600)
         restore = wait_restored(timer, 2 * self.settings.partitions, timeout_s=3600)
-        time.sleep(1)  # one more counts line
+        time.sleep(1)  # one more counts line (and the last "partition N ready" line)
+        restore = RestoreLog.parse(timer.log())
         jobs_read = timer.counts().get(TopicNames(self.settings.namespace).jobs, 0)
         emitted = sorted(e["emitted_at_ms"] for e in fires.values())
 
@@ -429,7 +437,11 @@ class Bench:
         print(f"restart after {label}: sentinels due at the restart (one per partition) "
               f"emitted {since(emitted[0])} (first) to {since(emitted[-1])} (last) after the "
               "restart (target: first fire <= 30 s)")  # fmt: skip
-        print(f"  partitions assigned {since(restore.assigned_ms)}, every store restored "
+        ready = sorted(restore.ready)
+        print(f"  partitions assigned {since(restore.assigned_ms)}; first partition ready "
+              f"{since(ready[0] if ready else None)}, all {len(ready)} ready "
+              f"{since(ready[-1] if ready else None)}")  # fmt: skip
+        print(f"  every store restored "
               f"{since(restore.restored_ms)}; changelog records replayed "
               f"{restore.records_applied:,} ({restore.records_to_read:,} offsets read, "
               f"{restore.from_start} of {restore.partitions_restored} store partitions from "
@@ -469,7 +481,8 @@ def run_capacity(args: argparse.Namespace) -> None:
         if not args.no_restarts:
             bench.restart("clean stop, state kept", kill=False, wipe=False, reader=reader)
             bench.restart("SIGKILL, state kept", kill=True, wipe=False, reader=reader)
-            bench.restart("SIGKILL, state wiped", kill=True, wipe=True, reader=reader)
+            for _ in range(args.wiped_restarts):
+                bench.restart("SIGKILL, state wiped", kill=True, wipe=True, reader=reader)
             bench.report_disk()
     finally:
         bench.close()
@@ -495,6 +508,10 @@ def main() -> None:
         help="extra environment of the timer child (e.g. MALLOC_ARENA_MAX=2); repeatable",
     )  # fmt: skip
     parser.add_argument("--no-restarts", action="store_true", help="stop after the intake")
+    parser.add_argument(
+        "--wiped-restarts", type=int, default=1, metavar="N",
+        help="repeat the restart with the state dir wiped N times (for a range)",
+    )  # fmt: skip
     args = parser.parse_args()
     run_capacity(args)
 

@@ -3,7 +3,9 @@
 One thread runs :meth:`Processor.run`. Partitions arrive through the group (KIP-848, range
 assignor, see ``streams.kafka.consumer``); each assigned partition opens its stores, restores
 them from their changelogs while its input stays paused, then processes records and
-punctuations. Every output, store change and input offset commits in one Kafka transaction
+punctuations. Partitions restore a few at a time (``max_restoring_partitions``) and each
+processes as soon as its own restore is done, while later ones still restore. Every
+output, store change and input offset commits in one Kafka transaction
 (``streams.checkpoint``).
 
 Failures:
@@ -63,6 +65,12 @@ class ProcessorOptions:
     # group.instance.id = instance id: a restart within the session keeps its partitions.
     static_membership: bool = False
     restore_batch_size: int = 10_000
+    # Partitions reading their changelogs at once: each is ready as soon as its own restore
+    # is done, so the first processes after ~1/N of a full restore instead of at its end.
+    max_restoring_partitions: int = 1
+    # ... and more start while those have fewer offsets than this left to read in total
+    # (catch-ups of stores kept on disk restore together, the next fetch overlaps a tail).
+    small_restore_offsets: int = 50_000
     # librdkafka settings of the transactional producer that the operator's extras override.
     producer_defaults: Mapping[str, Any] = field(default_factory=dict)
 
@@ -132,6 +140,8 @@ class Processor:
             create_restore_consumer(self.settings, self.group_id),
             admin_client(self.settings),
             batch_size=opts.restore_batch_size,
+            max_restoring_partitions=opts.max_restoring_partitions,
+            small_restore_offsets=opts.small_restore_offsets,
             on_progress=getattr(self._hooks, "on_restore_progress", None),
         )
         self._checkpoint = Checkpoint(self._producer, self._consumer, opts.commit_interval_ms)
@@ -307,8 +317,14 @@ class Processor:
     def _restore_step(self) -> bool:
         if not self._owned.keys() - self._contexts.keys():
             return False
-        for partition in self._recovery.step(self.options.poll_timeout_ms / 1000):
-            self._mark_ready(partition)
+        # Ready partitions keep their punctuation on time: the restore waits (for its first
+        # record only) no longer than until the next punctuation is due.
+        timeout_s = self.options.poll_timeout_ms / 1000
+        if self._contexts:
+            timeout_s = self._poll_timeout_s()
+        for partition in self._recovery.step(timeout_s):
+            if partition in self._owned and partition not in self._contexts:
+                self._mark_ready(partition)
         return bool(self._owned.keys() - self._contexts.keys())
 
     def _mark_ready(self, partition: int) -> None:
@@ -318,6 +334,7 @@ class Processor:
         self._next_punctuate[partition] = time.monotonic()
         topics = self._owned.get(partition, set())
         self._consumer.resume([TopicPartition(t, partition) for t in topics])
+        log.info("%s partition %d ready", self.instance_id, partition)
         on_assigned = getattr(self._hooks, "on_assigned", None)
         if on_assigned is not None:
             self._call_hook("on_assigned", on_assigned, partition)
@@ -332,8 +349,7 @@ class Processor:
             consumer.pause(waiting)
         for partition in new:
             for store in self._stores.values():
-                store.open_partition(partition)
-                self._recovery.start(store, partition)
+                self._recovery.start(store, partition)  # opens the store when it begins
             if not self._recovery.pending(partition):
                 self._mark_ready(partition)
         log.info("%s assigned %s", self.instance_id, new)

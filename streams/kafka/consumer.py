@@ -35,6 +35,13 @@ from streams.settings import KafkaSettings
 DEFAULT_SESSION_TIMEOUT_MS = 6_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
 _ADMIN_TIMEOUT_S = 30.0
+# Restore consumer tuning (the operator's librdkafka extras still override it):
+# - librdkafka stops fetching a partition whose prefetch queue holds queued.min.messages
+#   (100K) for fetch.queue.backoff.ms (default 1 s); with one partition restoring, applying
+#   100K records takes well under that, so the restore would wait for fetches;
+# - a fetch of partitions at their end waits fetch.wait.max.ms (default 500 ms) at the
+#   broker, and the partition that starts restoring next is not fetched before it returns.
+_RESTORE_CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": 20, "fetch.wait.max.ms": 10}
 _APPLIED_POLL_S = 0.05
 
 
@@ -73,7 +80,7 @@ def create_restore_consumer(settings: KafkaSettings, group_id: str) -> Consumer:
 
     librdkafka insists on a ``group.id``; a derived name that is never subscribed is used.
     """
-    config = settings.client_config()
+    config = {**_RESTORE_CONSUMER_DEFAULTS, **settings.client_config()}
     config.update(
         {
             "group.id": f"{group_id}.restore",

@@ -19,6 +19,7 @@ from rocksdict import (
     ReadOptions,
     WriteBatch,
     WriteBufferManager,
+    WriteOptions,
 )
 
 from streams.state.exceptions import ChangelogOffsetRegressionError, StoreClosedError
@@ -34,10 +35,20 @@ _WRITE_BUFFER_BYTES = 8 << 20
 _BLOOM_BITS_PER_KEY = 10
 
 
+def _unlogged() -> WriteOptions:
+    options = WriteOptions()
+    # A property at runtime; rocksdict's stub declares it as a method.
+    setattr(options, "disable_wal", True)  # noqa: B010
+    return options
+
+
 def _options(write_buffers: WriteBufferManager | None = None) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    # Restores write without the WAL: memtables of the data and the offset must then reach
+    # disk together, or a crash could keep an offset whose data was lost.
+    options.set_atomic_flush(True)
     # A get of a key that is not there (every create: no state yet) otherwise searches the
     # SST files: with ~1.2 bytes of filter per key such a miss is ~5x cheaper at 1M keys.
     table = BlockBasedOptions()
@@ -118,10 +129,16 @@ class PartitionStore:
         finally:
             del items  # an iterator keeps the database open
 
-    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int) -> None:
+    def write(
+        self, updates: Mapping[bytes, bytes | None], changelog_offset: int, *, wal: bool = True
+    ) -> None:
         """Apply ``updates`` (None deletes) and the changelog offset in one atomic WriteBatch.
 
         Refuses an offset at or below the stored one: that write would replay history.
+        ``wal=False`` (a restore replaying the changelog; ~0.4 us less CPU a record) skips the
+        write-ahead log: a crash then loses the latest such writes, but data and offset
+        together (atomic flush), so a restore resumes from an earlier offset and replays
+        them. Call :meth:`flush` before the next write with the WAL.
         """
         stored = self.changelog_offset()
         if stored is not None and changelog_offset <= stored:
@@ -141,7 +158,15 @@ class PartitionStore:
             changelog_offset.to_bytes(8, "big", signed=True),
             self._meta_handle,
         )
-        self._data_db().write(batch)
+        if wal:
+            self._data_db().write(batch)
+        else:
+            self._data_db().write(batch, _unlogged())
+
+    def flush(self) -> None:
+        """Persist every memtable to SST files: the data, then the offset that describes it."""
+        self._data_db().flush(True)
+        self._meta_db().flush(True)
 
     def close(self) -> None:
         """Close the database; idempotent."""

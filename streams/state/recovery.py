@@ -6,6 +6,13 @@ the local database is new) up to the log end offset measured when it starts, wit
 transactions, not the last stable offset: the read position only passes an open transaction
 (e.g. one a SIGKILLed previous owner left) once the broker resolved it, so a restore never
 finishes while earlier changes might still commit.
+
+Partitions restore a few at a time (``max_restoring_partitions``), in the order they were
+started, so that each becomes ready as soon as its own changelogs are read instead of all of
+them near the end of one interleaved read: with N partitions the first is ready after about
+1/N of the whole restore. Restores with little left to read (a store kept on disk that only
+catches up) are started together regardless of that bound. A restore writes without the
+RocksDB write-ahead log and flushes when it finishes (see :meth:`PartitionStore.write`).
 """
 
 from __future__ import annotations
@@ -44,7 +51,11 @@ _LEADER_ERRORS = frozenset(
 
 @dataclass
 class RecoveryProgress:
-    """How far the restore of one store partition got."""
+    """How far the restore of one store partition got.
+
+    ``queued`` while it waits for a restore slot: its offsets are measured (and its store
+    opened) only when it starts reading, so until then they are -1 and it is not ``done``.
+    """
 
     changelog_topic: str
     partition: int
@@ -55,10 +66,16 @@ class RecoveryProgress:
     started_at: float = field(default_factory=time.monotonic)
     finished_at: float | None = None
     reported_at: float = field(default_factory=time.monotonic)
+    queued: bool = False
 
     @property
     def done(self) -> bool:
-        return self.position >= self.end_offset
+        return not self.queued and self.position >= self.end_offset
+
+    @property
+    def remaining_offsets(self) -> int:
+        """Offsets still to read (0 when done; not yet known while queued)."""
+        return max(0, self.end_offset - self.position)
 
     def rate_per_s(self) -> float:
         """Records applied per second so far."""
@@ -73,8 +90,19 @@ class _Restore:
     progress: RecoveryProgress
 
 
+@dataclass
+class _Queued:
+    store: Store
+    progress: RecoveryProgress
+
+
 class Recovery:
-    """Restores assigned store partitions in bounded steps driven by the processor's loop."""
+    """Restores assigned store partitions in bounded steps driven by the processor's loop.
+
+    At most ``max_restoring_partitions`` partitions read their changelogs at once (all stores
+    of a partition restore together); more start while the ones reading have fewer than
+    ``small_restore_offsets`` offsets left in total. The others wait, in start order.
+    """
 
     def __init__(
         self,
@@ -82,19 +110,119 @@ class Recovery:
         admin: AdminClient,
         *,
         batch_size: int = 10_000,
+        max_restoring_partitions: int = 1,
+        small_restore_offsets: int = 50_000,
         on_progress: Callable[[RecoveryProgress], None] | None = None,
     ) -> None:
         self._consumer = consumer
         self._admin = admin
         self._batch_size = batch_size
+        self._max_partitions = max(1, max_restoring_partitions)
+        self._small_offsets = small_restore_offsets
         self._on_progress = on_progress
         self._active: dict[tuple[str, int], _Restore] = {}
+        self._queued: dict[int, list[_Queued]] = {}  # partition -> its waiting stores, FIFO
+        self._completed: set[int] = set()  # done since the last step, not yet reported
         self.finished: deque[RecoveryProgress] = deque(maxlen=1024)
 
     def start(self, store: Store, partition: int) -> RecoveryProgress:
-        """Begin restoring one store partition (already opened in ``store``)."""
+        """Restore one store partition: now when a slot is free, else once one frees.
+
+        The store partition is opened (``store.open_partition``) when its restore begins;
+        ``pending(partition)`` is False on return when there was nothing to restore.
+        """
+        progress = RecoveryProgress(store.changelog_topic, partition, -1, -1, -1, queued=True)
+        self._queued.setdefault(partition, []).append(_Queued(store, progress))
+        if self._reading(partition):
+            self._begin(partition)  # its other stores are reading: this one joins them
+        else:
+            self._fill_slots()  # in start order
+        if not self.pending(partition):
+            self._completed.discard(partition)  # the caller sees it done: not reported again
+        return progress
+
+    def pending(self, partition: int) -> bool:
+        """True while any store of ``partition`` is still restoring or waiting to."""
+        return partition in self._queued or self._reading(partition)
+
+    def cancel(self, partition: int) -> None:
+        """Stop restoring ``partition`` (it was revoked); what was applied stays applied.
+
+        Writes of an unfinished restore skipped the write-ahead log: closing the store
+        flushes them (RocksDB flushes such memtables on close), a crash keeps a consistent
+        prefix (atomic flush), and either way the next restore resumes from its offset.
+        """
+        self._queued.pop(partition, None)
+        self._completed.discard(partition)
+        keys = [key for key in self._active if key[1] == partition]
+        if keys:
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in keys])
+        for key in keys:
+            del self._active[key]
+
+    def step(self, timeout_s: float) -> set[int]:
+        """Apply one bounded batch; returns the partitions whose restores all completed.
+
+        Each completed partition is returned once: by this call, or by ``start`` leaving it
+        not ``pending``; a cancelled one never. Waits at most ``timeout_s``, and only while
+        nothing at all has been fetched: the batch is what the consumer already holds, so a
+        step never waits to fill it.
+        """
+        self._fill_slots()
+        if self._active:
+            self._apply(self._consume(timeout_s))
+            self._check_positions()
+            # The next partitions start now, so their fetches overlap the caller's work.
+            self._fill_slots()
+        completed, self._completed = self._completed, set()
+        return completed
+
+    def close(self) -> None:
+        """Close the restore consumer."""
+        self._active.clear()
+        self._consumer.close()
+
+    def _check_positions(self) -> None:
+        positions = self._consumer.position([TopicPartition(t, p) for t, p in self._active])
+        for tp in positions:
+            restore = self._active[(tp.topic, tp.partition)]
+            if tp.offset >= 0:
+                restore.progress.position = max(restore.progress.position, tp.offset)
+            self._report(restore.progress)
+            if restore.progress.done:
+                del self._active[(tp.topic, tp.partition)]
+                self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
+                restore.partition_store.flush()  # before any write that uses the WAL
+                self._finish(restore.progress)
+                if not self.pending(tp.partition):
+                    self._completed.add(tp.partition)
+
+    def _reading(self, partition: int) -> bool:
+        return any(p == partition for _, p in self._active)
+
+    def _slot_free(self) -> bool:
+        reading = {p for _, p in self._active}
+        if len(reading) < self._max_partitions:
+            return True
+        left = sum(r.progress.remaining_offsets for r in self._active.values())
+        return left < self._small_offsets
+
+    def _fill_slots(self) -> None:
+        """Begin waiting partitions, in start order, while slots are free."""
+        while self._queued and self._slot_free():
+            partition = next(iter(self._queued))
+            self._begin(partition)
+            if not self.pending(partition):
+                self._completed.add(partition)
+
+    def _begin(self, partition: int) -> None:
+        """Open, measure and start reading every waiting store of ``partition``."""
+        for queued in self._queued.pop(partition, []):
+            self._begin_store(queued.store, partition, queued.progress)
+
+    def _begin_store(self, store: Store, partition: int, progress: RecoveryProgress) -> None:
         topic = store.changelog_topic
-        partition_store = store.partition(partition)
+        partition_store = store.open_partition(partition)
         stored = partition_store.changelog_offset()
         low, end = self._watermarks(topic, partition)
         if stored is not None and stored >= end:
@@ -108,52 +236,27 @@ class Recovery:
             )
             partition_store, stored = store.wipe_partition(partition), None
         start = low if stored is None else stored + 1
-        progress = RecoveryProgress(topic, partition, start, end, position=start)
+        progress.start_offset, progress.end_offset, progress.position = start, end, start
+        progress.queued = False
+        progress.started_at = progress.reported_at = time.monotonic()
         if progress.done:
             self._finish(progress)
-            return progress
+            return
         self._active[(topic, partition)] = _Restore(store, partition_store, progress)
         self._consumer.incremental_assign([TopicPartition(topic, partition, start)])
         log.info("%s[%d]: restoring offsets %d..%d", topic, partition, start, end)
-        return progress
 
-    def pending(self, partition: int) -> bool:
-        """True while any store of ``partition`` is still restoring."""
-        return any(p == partition for _, p in self._active)
-
-    def cancel(self, partition: int) -> None:
-        """Stop restoring ``partition`` (it was revoked); what was applied stays applied."""
-        keys = [key for key in self._active if key[1] == partition]
-        if keys:
-            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in keys])
-        for key in keys:
-            del self._active[key]
-
-    def step(self, timeout_s: float) -> set[int]:
-        """Apply one bounded batch; returns the partitions whose restores all completed."""
-        if not self._active:
-            return set()
-        messages = self._consumer.consume(num_messages=self._batch_size, timeout=timeout_s)
-        self._apply(messages)
-        completed: set[int] = set()
-        positions = self._consumer.position([TopicPartition(t, p) for t, p in self._active])
-        for tp in positions:
-            restore = self._active[(tp.topic, tp.partition)]
-            if tp.offset >= 0:
-                restore.progress.position = max(restore.progress.position, tp.offset)
-            self._report(restore.progress)
-            if restore.progress.done:
-                del self._active[(tp.topic, tp.partition)]
-                self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
-                self._finish(restore.progress)
-                if not self.pending(tp.partition):
-                    completed.add(tp.partition)
-        return completed
-
-    def close(self) -> None:
-        """Close the restore consumer."""
-        self._active.clear()
-        self._consumer.close()
+    def _consume(self, timeout_s: float) -> list[Message]:
+        # consume(n, timeout) waits until it has n messages or the timeout passed: at the
+        # tail of a changelog that is the whole timeout. Take what is fetched already, and
+        # when nothing is, wait for the first record only.
+        messages = self._consumer.consume(num_messages=self._batch_size, timeout=0)
+        if messages or timeout_s <= 0:
+            return messages
+        messages = self._consumer.consume(num_messages=1, timeout=timeout_s)
+        if messages and self._batch_size > 1:
+            messages += self._consumer.consume(num_messages=self._batch_size - 1, timeout=0)
+        return messages
 
     def _apply(self, messages: list[Message]) -> None:
         # Per changelog partition: the net updates, the last offset and the record count.
@@ -171,7 +274,7 @@ class Recovery:
             batches[key] = (updates, message.offset() or 0, count + 1)
         for key, (updates, last_offset, count) in batches.items():
             restore = self._active[key]
-            restore.partition_store.write(updates, last_offset)
+            restore.partition_store.write(updates, last_offset, wal=False)
             restore.progress.applied += count
             restore.progress.position = last_offset + 1
 

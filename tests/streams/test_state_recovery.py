@@ -173,3 +173,87 @@ def test_store_ahead_of_its_changelog_is_rebuilt(
         assert contents(reopened) == [(b"k", b"1")]
     finally:
         reopened.close()
+
+
+def fill_partitions(settings: KafkaSettings, topic: str, per_partition: int) -> None:
+    producer = Producer(settings.client_config(**{"linger.ms": 20}))
+    for partition in range(settings.partitions):
+        for i in range(per_partition):
+            key = b"%d-%05d" % (partition, i)
+            producer.produce(topic, key=key, value=b"v", partition=partition)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def keys_of(store: Store, partition: int) -> int:
+    return len(store.partition(partition).scan(b"", b"\xff", 10**6))
+
+
+def test_partitions_restore_one_at_a_time_and_each_completes_on_its_own(
+    kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
+) -> None:
+    per_partition = 2_000
+    fill_partitions(kafka_settings, changelog, per_partition)
+    store = Store("wheel", GROUP, tmp_path / "s", changelog)
+    recovery = Recovery(
+        create_restore_consumer(kafka_settings, GROUP),
+        admin_client(kafka_settings),
+        batch_size=300,
+        max_restoring_partitions=1,
+        small_restore_offsets=0,
+    )
+    try:
+        progress = {p: recovery.start(store, p) for p in range(4)}
+        # Only the first began (store opened, offsets measured); the others wait unopened.
+        assert not progress[0].queued and progress[0].end_offset == per_partition
+        assert all(progress[p].queued and not progress[p].done for p in (1, 2, 3))
+        assert sorted(store.partitions) == [0]
+        recovery.cancel(2)  # revoked while waiting: never opened, never restored
+        assert not recovery.pending(2)
+        completed: list[int] = []
+        cancelled_midway = False
+        deadline = time.monotonic() + 60
+        while recovery.pending(0) or recovery.pending(1) or recovery.pending(3):
+            assert time.monotonic() < deadline, "restore did not finish"
+            cancelled = {2, 1} if cancelled_midway else {2}
+            reading = [
+                p for p, g in progress.items() if p not in cancelled and not (g.queued or g.done)
+            ]
+            assert len(reading) <= 1, f"{reading} restore at once"
+            if reading == [1] and 0 < progress[1].applied < per_partition and not cancelled_midway:
+                recovery.cancel(1)  # revoked midway: what was applied stays applied
+                cancelled_midway = True
+                continue
+            for partition in sorted(recovery.step(0.2)):
+                # Reported only once its own changelog was read to the end.
+                assert progress[partition].done
+                assert keys_of(store, partition) == per_partition
+                completed.append(partition)
+        assert cancelled_midway and completed == [0, 3]
+        assert 2 not in store.partitions
+        partial = keys_of(store, 1)
+        assert 0 < partial < per_partition
+        stored = store.partition(1).changelog_offset()
+        assert stored is not None
+    finally:
+        recovery.close()
+        store.close()  # flushes the writes that skipped the WAL
+    # Assigned again later: it resumes after what the cancelled restore applied.
+    again = Store("wheel", GROUP, tmp_path / "s", changelog)
+    try:
+        again.open_partition(1)
+        assert again.partition(1).changelog_offset() == stored
+        recovery = Recovery(
+            create_restore_consumer(kafka_settings, GROUP), admin_client(kafka_settings)
+        )
+        try:
+            progress_1 = recovery.start(again, 1)
+            assert progress_1.start_offset == stored + 1
+            while recovery.pending(1):
+                recovery.step(0.2)
+            assert keys_of(again, 1) == per_partition
+            assert progress_1.applied == per_partition - partial
+        finally:
+            recovery.close()
+    finally:
+        again.close()
