@@ -35,8 +35,8 @@ def handle_input(
                 _check_key(key, job["job_id"])
             apply_job(scope, key, value, job)
         elif topic == env.results_topic:
-            result = env.codec.decode(RecordKind.EXECUTION_RESULT, _value(value))
-            _check_key(key, result["job_id"])
+            result = env.read_result(_value(value))
+            _check_key(key, result.job_id)
             apply_result(scope, key, result)
         elif topic == env.retry_topic:
             request = env.codec.decode(RecordKind.RETRY_REQUEST, _value(value))

@@ -1,36 +1,39 @@
 """Applying ``job-results``: track executions in flight, release a queued fire, finish one-offs.
 
-STARTED marks an execution in flight (the timer already does so when it emits it; this
-covers executions it did not emit). A final outcome clears it, and when nothing else runs
-a queued fire (overlap QUEUE_ONE) goes out. The final outcome of a one-off's execution
-marks the job completed and schedules its tombstone on ``jobs`` after the retention.
-Attempt failures (FAILED, TIMED_OUT) change nothing: a retry or a dead letter follows.
+STARTED marks an execution in flight (the timer already does so when it emits it, and then
+answers the STARTED from the stored JSON alone; this covers executions it did not emit). A
+final outcome clears it, and when nothing else runs a queued fire (overlap QUEUE_ONE) goes
+out. The final outcome of a one-off's execution marks the job completed and schedules its
+tombstone on ``jobs`` after the retention; the one-off's run time is stored with its state,
+so this needs no Job decode. Attempt failures (FAILED, TIMED_OUT) change nothing: a retry
+or a dead letter follows.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.timer import keys
 from services.timer.firing import fire_queued
 from services.timer.scope import Scope
-from services.timer.state import load_state, mark_running, save_state
+from services.timer.state import load_state, mark_running, save_state, started_is_known
 from services.timer.wheel import place_ms
+from streams.result_reader import ResultFields
 
 _FINAL = frozenset(
     {"SUCCEEDED", "DEAD_LETTER", "SKIPPED", "MISSED", "CANCELLED", "UPSTREAM_FAILED"}
 )
 
 
-def apply_result(scope: Scope, job_id: bytes, result: dict[str, Any]) -> None:
-    """Apply one decoded ExecutionResult of ``job_id``."""
-    status = result["status"]
+def apply_result(scope: Scope, job_id: bytes, result: ResultFields) -> None:
+    """Apply one ExecutionResult of ``job_id`` (the fields the timer reads of it)."""
+    status = result.status
     if status != "STARTED" and status not in _FINAL:
+        return
+    tick_ms = result.scheduled_for_ms
+    if status == "STARTED" and started_is_known(scope, job_id, tick_ms):
         return
     state = load_state(scope, job_id)
     if state is None:
         return
-    tick_ms: int = result["scheduled_for_ms"]
     if status == "STARTED":
         if tick_ms not in state.running:
             mark_running(scope, state, tick_ms)
@@ -42,8 +45,7 @@ def apply_result(scope: Scope, job_id: bytes, result: dict[str, Any]) -> None:
         changed = True
         if not state.running:
             fire_queued(scope, state)
-    job = state.job(scope)
-    if job["cron"] is None and job["run_at_ms"] == tick_ms and not state.completed:
+    if not state.completed and state.one_off_run_at_ms(scope) == tick_ms:
         state.completed = True
         fire_ms = place_ms(scope, scope.now_ms + scope.env.one_off_retention_ms)
         state.tombstone_fire_ms = fire_ms

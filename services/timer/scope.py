@@ -17,6 +17,7 @@ from services.timer.settings import TimerSettings
 from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
 from streams.job_reader import JobReader
+from streams.result_reader import ResultFields, ResultReader, fields_of
 from streams.topics import Priority, TopicNames
 
 
@@ -64,12 +65,21 @@ class TimerEnv:
     job_reader: JobReader | None = None
     # A drain fires entries due up to this long after now (``Scope.horizon_ms``).
     fire_ahead_ms: int = 0
+    # Reads the fields the timer uses of an ExecutionResult ~3x cheaper than the codec (two
+    # results per execution); None: the codec.
+    result_reader: ResultReader | None = None
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""
         if self.job_reader is not None:
             return self.job_reader.decode(data)
         return self.codec.decode(RecordKind.JOB, data)
+
+    def read_result(self, data: bytes) -> ResultFields:
+        """The fields of the ExecutionResult in ``data``; raises DecodeError like the codec."""
+        if self.result_reader is not None:
+            return self.result_reader.read(data)
+        return fields_of(self.codec.decode(RecordKind.EXECUTION_RESULT, data))
 
     @classmethod
     def from_settings(cls, settings: TimerSettings, codec: Codec | None = None) -> TimerEnv:
@@ -92,6 +102,7 @@ class TimerEnv:
             instance_id=settings.instance_id,
             job_reader=JobReader(codec),
             fire_ahead_ms=settings.fire_ahead_ms,
+            result_reader=ResultReader(codec),
         )
 
 

@@ -10,6 +10,11 @@ below the wheel's fired-through watermark or gone (``wheel.py``), the entry fire
 :func:`load_state` applies that fire (tick settled, execution in flight) before anyone
 looks. Every other way an entry is settled writes the state in the same transaction, so
 the rule is exact.
+
+*Cheap results.* Two results per execution reach the timer. The stored form keeps the JSON
+fields ahead of the Job bytes, and remembers whether the job is a one-off and its run time
+(:meth:`TimerState.one_off_run_at_ms`), so that a STARTED the timer already knows of is
+answered from the JSON alone (:func:`started_is_known`) and a SUCCEEDED needs no Job decode.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ _FORMAT = 1
 _FORMAT_BYTE = bytes([_FORMAT])
 _FAST = b"F"
 _SLOW = b"S"
+_RUN_AT = 13  # index of the optional one-off run time in the stored JSON list
 _FAST_HEADERS = {name: _FAST + bytes([index]) for name, index in PRIORITY_INDEX.items()}
 
 
@@ -50,6 +56,9 @@ class TimerState:
     completed: bool = False  # a one-off whose execution has its final outcome
     tombstone_fire_ms: int | None = None  # when the finished one-off is deleted
     decoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # (the job_bytes it was derived from, run_at_ms of a one-off or None): stored with the
+    # state so that a finished execution needs no Job decode; rederived when job_bytes change.
+    run_at: tuple[bytes, int | None] | None = field(default=None, repr=False, compare=False)
 
     def job(self, scope: Scope) -> dict[str, Any]:
         """The Job record as a dict, decoded once per load."""
@@ -57,14 +66,29 @@ class TimerState:
             self.decoded = scope.env.decode_job(self.job_bytes)
         return self.decoded
 
+    def one_off_run_at_ms(self, scope: Scope) -> int | None:
+        """The run time of a one-off job, None for any other (cron, dependent) job."""
+        run_at = self.run_at
+        if run_at is None or run_at[0] is not self.job_bytes:
+            job = self.job(scope)
+            run_at = self.run_at = (
+                self.job_bytes,
+                job["run_at_ms"] if job["cron"] is None else None,
+            )
+        return run_at[1]
+
     @property
     def key(self) -> bytes:
         return self.job_id.encode()
 
 
 def encode_state(state: TimerState) -> bytes:
-    """The stored form: format byte, 4-byte length, JSON of the fields, the Job bytes."""
-    meta = [
+    """The stored form: format byte, 4-byte length, JSON of the fields, the Job bytes.
+
+    The one-off run time goes last, and only when derived from these very Job bytes; a state
+    without it (also one written before it existed) derives it from the Job when asked.
+    """
+    meta: list[Any] = [
         state.job_id,
         state.version,
         state.status,
@@ -79,6 +103,8 @@ def encode_state(state: TimerState) -> bytes:
         state.completed,
         state.tombstone_fire_ms,
     ]
+    if state.run_at is not None and state.run_at[0] is state.job_bytes:
+        meta.append(state.run_at[1])
     # orjson writes the same compact JSON as json.dumps (UTF-8 instead of \u escapes, which
     # json.loads reads too) ~10x faster: a create encodes one state.
     body = orjson.dumps(meta)
@@ -92,10 +118,11 @@ def decode_state(data: bytes) -> TimerState:
     size = int.from_bytes(data[1:5], "big")
     meta = orjson.loads(data[5 : 5 + size])
     queued = meta[8]
+    job_bytes = data[5 + size :]
     return TimerState(
         job_id=meta[0],
         version=meta[1],
-        job_bytes=data[5 + size :],
+        job_bytes=job_bytes,
         status=meta[2],
         sched_tick_ms=meta[3],
         sched_fire_ms=meta[4],
@@ -103,11 +130,41 @@ def decode_state(data: bytes) -> TimerState:
         last_tick_ms=meta[6],
         running=meta[7],
         queued=(queued[0], queued[1]) if queued is not None else None,
-        manual=[(entry[0], entry[1]) for entry in meta[9]],
+        manual=[(entry[0], entry[1]) for entry in meta[9]] if meta[9] else [],
         manual_done_ms=meta[10],
         completed=meta[11],
         tombstone_fire_ms=meta[12],
+        run_at=(job_bytes, meta[13]) if len(meta) > _RUN_AT else None,
     )
+
+
+def started_is_known(scope: Scope, job_id: bytes, tick_ms: int) -> bool:
+    """True when a STARTED of ``tick_ms`` changes nothing: the job is unknown, or
+    :func:`load_state` would find the execution in flight already.
+
+    Reads the stored JSON only (no state object): the timer marks what it emits as in
+    flight, so this answers the STARTED of nearly every execution. False: load the state.
+    """
+    data = scope.jobs.get(job_id)
+    if data is None:
+        return True
+    if data[0] != _FORMAT:
+        return False  # load_state names the problem
+    meta = orjson.loads(data[5 : 5 + int.from_bytes(data[1:5], "big")])
+    running: list[int] = meta[7]
+    fast_tick_ms, fast_fire_ms = (meta[3], meta[4]) if meta[5] else (None, None)
+    if fast_tick_ms is None or fast_fire_ms is None:
+        return tick_ms in running
+    if not _fast_entry_fired(scope, keys.schedule_key(fast_fire_ms, job_id)):
+        return tick_ms in running
+    # load_state applies the fire of the fast entry: its tick joins the list as mark_running
+    # adds it, the oldest dropping out of a full list.
+    if fast_tick_ms not in running:
+        running = [*running, fast_tick_ms]
+        overflow = len(running) - scope.env.max_running_per_job
+        if overflow > 0:
+            running = running[overflow:]
+    return tick_ms in running
 
 
 def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
@@ -117,8 +174,7 @@ def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
         return None
     state = decode_state(data)
     if state.fast and state.sched_fire_ms is not None and state.sched_tick_ms is not None:
-        key = keys.schedule_key(state.sched_fire_ms, job_id)
-        if not is_fired(scope, key) and scope.wheel.get(key) is not None:
+        if not _fast_entry_fired(scope, keys.schedule_key(state.sched_fire_ms, job_id)):
             return state
         tick_ms = state.sched_tick_ms
         state.last_tick_ms = tick_ms
@@ -128,11 +184,18 @@ def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
     return state
 
 
+def _fast_entry_fired(scope: Scope, key: bytes) -> bool:
+    """Did the fast entry ``key`` fire (below the watermark, or already collected)?"""
+    return is_fired(scope, key) or scope.wheel.get(key) is None
+
+
 def save_state(scope: Scope, state: TimerState) -> None:
     """Store ``state``, first turning its pending entry fast or slow as the state now allows."""
     tick_ms = state.sched_tick_ms
     if tick_ms is not None and fast_allowed(scope, state) != state.fast:
         set_schedule_entry(scope, state, tick_ms)
+    if state.decoded is not None:
+        state.one_off_run_at_ms(scope)  # stored with the state: no Job decode per result
     scope.jobs.set(state.key, encode_state(state))
 
 

@@ -1,0 +1,281 @@
+"""Applying ``job-results`` cheaply changes nothing: the fast paths against the full ones.
+
+Three shortcuts serve the two results of nearly every execution (see ``state.py`` and
+``results.py``): the ResultReader instead of the codec, a STARTED answered from the stored
+JSON (:func:`started_is_known`), and a one-off's run time stored with its state (no Job
+decode per SUCCEEDED). Each is checked here against what the full path does, on the
+in-memory fakes of ``test_timer_logic``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.timer import keys
+from services.timer.results import apply_result
+from services.timer.state import (
+    TimerState,
+    decode_state,
+    encode_state,
+    load_state,
+    mark_running,
+    started_is_known,
+)
+from services.timer.wheel import WATERMARK_KEY
+from streams.codec import RecordKind
+from streams.identity import execution_id
+from streams.result_reader import ResultFields
+from tests.services.timer.test_timer_logic import (
+    CODEC,
+    T0,
+    T_MIN,
+    Timer,
+    bump,
+    cron_job,
+    one_off,
+)
+
+
+class CodecTimer(Timer):
+    """The fake timer decoding ``job-results`` with the codec (the service, and ``Timer``,
+    read them with the ResultReader)."""
+
+    def __init__(self, **overrides: Any) -> None:
+        super().__init__(**overrides)
+        assert self.env.result_reader is not None
+        self.env = dataclasses.replace(self.env, result_reader=None)
+
+
+def _scenario(timer: Timer) -> None:
+    """Results of every kind the timer acts on: fast one-offs, cron overlap, manual, retries."""
+    for i in range(6):
+        timer.submit(one_off(f"h{i}", T0 + 1_000), T0)
+    timer.submit(one_off("late-start", T0 + 1_000, overlap="ALLOW"), T0)
+    queue = cron_job("q", "*/10 * * * * *", T_MIN - 1, overlap="QUEUE_ONE")
+    timer.submit(queue, T_MIN - 1)
+    timer.punctuate(T0 + 1_000)
+    for i in range(6):
+        timer.result(f"h{i}", T0 + 1_000, "STARTED", T0 + 1_100)
+    timer.result("h0", T0 + 1_000, "FAILED", T0 + 1_150)  # an attempt: changes nothing
+    timer.result("h1", T0 + 1_000, "SUCCEEDED", T0 + 1_200)
+    timer.result("h1", T0 + 1_000, "SUCCEEDED", T0 + 1_250)  # repeated
+    timer.result("h2", T0 + 1_000, "DEAD_LETTER", T0 + 1_300)
+    timer.result("h3", T0 + 5_000, "STARTED", T0 + 1_300)  # a tick the timer did not emit
+    timer.result("h3", T0 + 5_000, "SUCCEEDED", T0 + 1_400)
+    timer.result("nobody", T0 + 1_000, "STARTED", T0 + 1_400)  # unknown job
+    timer.result("nobody", T0 + 1_000, "SUCCEEDED", T0 + 1_400)
+    timer.result("late-start", T0 + 1_000, "SUCCEEDED", T0 + 1_500)  # before its STARTED
+    timer.result("late-start", T0 + 1_000, "STARTED", T0 + 1_500)
+    timer.run(T_MIN, T_MIN + 20_000, 10_000)  # fires T_MIN, queues +10 s, skips +20 s
+    timer.result("q", T_MIN, "STARTED", T_MIN + 20_100)
+    timer.result("q", T_MIN, "SUCCEEDED", T_MIN + 20_200)  # the queued tick goes out
+    timer.result("q", T_MIN + 10_000, "STARTED", T_MIN + 20_300)
+    manual = bump(queue, version=2, manual_fire_at_ms=T_MIN + 21_000, updated_at_ms=T_MIN + 20_400)
+    timer.submit(manual, T_MIN + 20_400)
+    timer.punctuate(T_MIN + 21_000)
+    timer.result("q", T_MIN + 10_000, "SUCCEEDED", T_MIN + 21_100)
+    timer.feed(timer.env.results_topic, b"h4", b"\xc3\x01garbage", T_MIN + 21_200)
+    timer.feed(timer.env.results_topic, b"h5", None, T_MIN + 21_200)
+    wrong_key = _result_bytes("h4", T0 + 1_000, "SUCCEEDED", T_MIN + 21_300)
+    timer.feed(timer.env.results_topic, b"h5", wrong_key, T_MIN + 21_300)
+
+
+def test_the_reader_changes_no_output_and_no_state() -> None:
+    """The same inputs through the codec and through the reader: equal stores and outputs."""
+    with_codec, with_reader = CodecTimer(), Timer()
+    _scenario(with_codec)
+    _scenario(with_reader)
+    assert with_reader.out == with_codec.out
+    assert with_reader.jobs.data == with_codec.jobs.data
+    assert with_reader.wheel.data == with_codec.wheel.data
+    dead = [v for t, _, v in with_reader.out if t == "k.dlq"]
+    assert len(dead) == 3  # garbage, a null value, a key that is not the job id
+
+
+def test_a_started_the_timer_emitted_is_answered_without_loading_the_state() -> None:
+    timer = Timer()
+    timer.submit(one_off("f", T0 + 1_000), T0)
+    timer.punctuate(T0 + 1_000)  # a fast fire: the stored state still says "pending"
+    scope = timer.scope(T0 + 1_100)
+    assert started_is_known(scope, b"f", T0 + 1_000)
+    assert not started_is_known(scope, b"f", T0 + 2_000)  # not in flight: load the state
+    stored = dict(timer.jobs.data)
+    timer.result("f", T0 + 1_000, "STARTED", T0 + 1_100)
+    assert timer.jobs.data == stored
+
+
+def test_a_started_before_the_fast_entry_fired_turns_it_slow() -> None:
+    """An executor running a tick the timer has not fired yet (a manual trigger elsewhere)."""
+    timer = Timer()
+    timer.submit(one_off("early", T0 + 5_000), T0)
+    scope = timer.scope(T0 + 100)
+    assert not started_is_known(scope, b"early", T0 + 5_000)
+    timer.result("early", T0 + 5_000, "STARTED", T0 + 100)
+    state = load_state(timer.scope(T0 + 200), b"early")
+    assert state is not None and state.running == [T0 + 5_000] and not state.fast
+    timer.punctuate(T0 + 5_000)  # overlap SKIP: the tick is SKIPPED, not fired twice
+    assert timer.dues() == []
+    assert [r["status"] for r in timer.results()] == ["SKIPPED"]
+
+
+def test_a_one_off_completes_without_decoding_its_job() -> None:
+    timer = Timer()
+    timer.submit(one_off("c", T0 + 1_000), T0)
+    timer.punctuate(T0 + 1_000)
+    timer.env = _no_job_decoding(timer.env)
+    timer.result("c", T0 + 1_000, "STARTED", T0 + 1_100)
+    timer.result("c", T0 + 1_000, "SUCCEEDED", T0 + 1_200)
+    state = load_state(timer.scope(T0 + 1_300), b"c")
+    assert state is not None and state.completed and state.running == []
+    assert state.tombstone_fire_ms == T0 + 1_200 + timer.env.one_off_retention_ms
+    assert keys.tombstone_key(state.tombstone_fire_ms, b"c") in timer.wheel.data
+
+
+def test_a_state_stored_without_the_run_time_derives_it_from_the_job_once() -> None:
+    """States written before the run time was stored (13 JSON fields) still complete."""
+    timer = Timer()
+    timer.submit(one_off("old", T0 + 1_000), T0)
+    timer.submit(cron_job("old-cron", "0 0 1 1 *", T0), T0)
+    for job_id in (b"old", b"old-cron"):
+        _store_in_the_old_format(timer, job_id)
+        state = load_state(timer.scope(T0), job_id)
+        assert state is not None and state.run_at is None
+    timer.punctuate(T0 + 1_000)
+    timer.result("old", T0 + 1_000, "SUCCEEDED", T0 + 1_200)
+    state = load_state(timer.scope(T0 + 1_300), b"old")
+    assert state is not None and state.completed
+    assert state.run_at is not None and state.run_at[1] == T0 + 1_000  # stored now
+    timer.result("old-cron", T0 + 1_000, "SUCCEEDED", T0 + 1_300)  # a cron job never completes
+    cron_state = load_state(timer.scope(T0 + 1_400), b"old-cron")
+    assert cron_state is not None and not cron_state.completed
+
+
+def test_an_updated_one_off_completes_only_at_its_new_run_time() -> None:
+    timer = Timer()
+    job = one_off("u", T0 + 1_000)
+    timer.submit(job, T0)
+    timer.submit(bump(job, version=2, run_at_ms=T0 + 9_000, updated_at_ms=T0 + 1), T0 + 1)
+    timer.result("u", T0 + 1_000, "SUCCEEDED", T0 + 2)  # the old run time: not this one-off's
+    state = load_state(timer.scope(T0 + 3), b"u")
+    assert state is not None and not state.completed
+    assert state.run_at is not None and state.run_at[1] == T0 + 9_000
+    timer.punctuate(T0 + 9_000)
+    timer.result("u", T0 + 9_000, "SUCCEEDED", T0 + 9_100)
+    state = load_state(timer.scope(T0 + 9_200), b"u")
+    assert state is not None and state.completed
+
+
+# --- started_is_known is exact: True exactly when load_state finds the tick in flight --------
+
+ticks = st.sampled_from([T0 + 1_000, T0 + 2_000, T0 + 3_000, T0 + 4_000])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    running=st.lists(ticks, max_size=4, unique=True),
+    fast=st.booleans(),
+    sched_tick_ms=st.none() | ticks,
+    sched_fire_ms=st.none() | ticks,
+    entry_in_wheel=st.booleans(),
+    watermark_ms=st.none() | st.sampled_from([T0 + 500, T0 + 2_500, T0 + 5_000]),
+    max_running=st.integers(1, 4),
+    asked_ms=ticks,
+)
+def test_started_is_known_agrees_with_load_state(
+    running: list[int],
+    fast: bool,
+    sched_tick_ms: int | None,
+    sched_fire_ms: int | None,
+    entry_in_wheel: bool,
+    watermark_ms: int | None,
+    max_running: int,
+    asked_ms: int,
+) -> None:
+    timer = Timer(max_running_per_job=max_running)
+    job_bytes = CODEC.encode(RecordKind.JOB, one_off("p", T0 + 1_000).to_avro())
+    state = TimerState("p", 1, job_bytes, "SCHEDULED", sched_tick_ms, sched_fire_ms, fast)
+    state.running = running[-max_running:]
+    timer.jobs.set(b"p", encode_state(state))
+    if watermark_ms is not None:
+        timer.jobs.set(WATERMARK_KEY, keys.pack_ms(watermark_ms))
+    if entry_in_wheel and sched_fire_ms is not None:
+        timer.wheel.set(keys.schedule_key(sched_fire_ms, b"p"), b"F")
+    loaded = load_state(timer.scope(T0 + 6_000), b"p")
+    assert loaded is not None
+    known = started_is_known(timer.scope(T0 + 6_000), b"p", asked_ms)
+    assert known == (asked_ms in loaded.running)
+
+
+def test_started_is_known_for_an_unknown_job_and_a_full_running_list() -> None:
+    timer = Timer(max_running_per_job=2)
+    scope = timer.scope(T0)
+    assert started_is_known(scope, b"missing", T0)
+    job_bytes = CODEC.encode(RecordKind.JOB, one_off("a", T0 + 1_000, overlap="ALLOW").to_avro())
+    # Two in flight and a fired fast entry: loading adds its tick and drops the oldest one.
+    state = TimerState("a", 1, job_bytes, "SCHEDULED", T0 + 3_000, T0 + 3_000, True)
+    state.running = [T0 + 1_000, T0 + 2_000]
+    timer.jobs.set(b"a", encode_state(state))
+    timer.jobs.set(WATERMARK_KEY, keys.pack_ms(T0 + 4_000))
+    assert not started_is_known(timer.scope(T0 + 4_000), b"a", T0 + 1_000)  # dropped
+    assert started_is_known(timer.scope(T0 + 4_000), b"a", T0 + 2_000)
+    assert started_is_known(timer.scope(T0 + 4_000), b"a", T0 + 3_000)
+    apply_result(timer.scope(T0 + 4_000), b"a", ResultFields("a", T0 + 1_000, "STARTED"))
+    loaded = load_state(timer.scope(T0 + 4_000), b"a")
+    assert loaded is not None and loaded.running == [T0 + 3_000, T0 + 1_000]
+
+
+def test_the_stored_form_round_trips_with_and_without_the_run_time() -> None:
+    timer = Timer()
+    job_bytes = CODEC.encode(RecordKind.JOB, one_off("r", T0 + 1_000).to_avro())
+    state = TimerState("r", 3, job_bytes, "SCHEDULED", T0 + 1_000, T0 + 1_000, False)
+    mark_running(timer.scope(T0), state, T0 - 5)
+    state.queued, state.manual = (T0 + 7, "MANUAL"), [(T0 + 8, T0 + 9)]
+    without = decode_state(encode_state(state))
+    assert without == state and without.run_at is None
+    assert state.one_off_run_at_ms(timer.scope(T0)) == T0 + 1_000
+    with_run_at = decode_state(encode_state(state))
+    assert with_run_at == state and with_run_at.run_at is not None
+    assert with_run_at.run_at[1] == T0 + 1_000
+    assert with_run_at.one_off_run_at_ms(timer.scope(T0)) == T0 + 1_000
+    # A reader that predates the field ignores it: the first 13 fields are as they were.
+    meta = orjson.loads(encode_state(state)[5 : -len(job_bytes)])
+    assert len(meta) == 14 and meta[:13] == orjson.loads(encode_state(without)[5 : -len(job_bytes)])
+
+
+def _result_bytes(job_id: str, tick_ms: int, status: str, now_ms: int) -> bytes:
+    record = {
+        "execution_id": execution_id(job_id, tick_ms),
+        "job_id": job_id,
+        "scheduled_for_ms": tick_ms,
+        "status": status,
+        "recorded_at_ms": now_ms,
+    }
+    return CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+
+
+def _store_in_the_old_format(timer: Timer, job_id: bytes) -> None:
+    """Rewrite the job's stored state as the timer wrote it before the run time was kept."""
+    data = timer.jobs.data[job_id]
+    size = int.from_bytes(data[1:5], "big")
+    meta = orjson.loads(data[5 : 5 + size])[:13]
+    body = orjson.dumps(meta)
+    timer.jobs.data[job_id] = data[:1] + len(body).to_bytes(4, "big") + body + data[5 + size :]
+
+
+def _no_job_decoding(env: Any) -> Any:
+    """The env with a Job decoder that fails the test if called."""
+
+    def refuse(data: bytes) -> dict[str, Any]:
+        raise AssertionError("the Job was decoded")
+
+    class NoDecode(type(env)):  # type: ignore[misc]
+        def decode_job(self, data: bytes) -> dict[str, Any]:
+            return refuse(data)
+
+    fields = {name: getattr(env, name) for name in env.__dataclass_fields__}
+    return NoDecode(**fields)

@@ -1,0 +1,324 @@
+"""The ExecutionResult reader reads exactly what the codec decodes, or leaves the record to it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import SCHEMA_DIR
+from services.executor.result_bytes import ResultEncoder
+from streams.avro_binary import avro_long, avro_string
+from streams.codec import HEADER_LEN, Codec, RecordKind
+from streams.exceptions import DecodeError
+from streams.records import ExecutionStatus, Job, Trigger
+from streams.result_reader import ResultFields, ResultReader, fields_of
+
+CODEC = Codec.from_directory()
+READER = ResultReader(CODEC)
+longs = st.integers(-(2**63), 2**63 - 1)
+ints = st.integers(-(2**31), 2**31 - 1)
+# Short texts are the common shape's; long ones (two-byte lengths) take the other path.
+texts = st.text(max_size=12) | st.text(min_size=60, max_size=70)
+optional_texts = st.none() | texts
+statuses = st.sampled_from([s.value for s in ExecutionStatus])
+triggers = st.sampled_from([t.value for t in Trigger])
+
+results = st.fixed_dictionaries(
+    {
+        "execution_id": texts,
+        "job_id": texts,
+        "scheduled_for_ms": longs,
+        "attempt": ints,
+        "status": statuses,
+        "reason": optional_texts,
+        "error": optional_texts,
+        "worker_id": optional_texts,
+        "started_at_ms": st.none() | longs,
+        "finished_at_ms": st.none() | longs,
+        "next_attempt_at_ms": st.none() | longs,
+        "trigger": triggers,
+        "job_version": longs,
+        "recorded_at_ms": longs,
+    }
+)
+# What executors write for every run: short ids, no reason or error, epoch-ms stamps.
+epoch_ms = st.integers(0, 2**45)
+common_results = st.fixed_dictionaries(
+    {
+        "execution_id": st.text(max_size=30),
+        "job_id": st.text(max_size=20),
+        "scheduled_for_ms": epoch_ms,
+        "attempt": st.integers(0, 1000),
+        "status": statuses,
+        "reason": st.none(),
+        "error": st.none(),
+        "worker_id": st.none() | st.text(max_size=20),
+        "started_at_ms": st.none() | epoch_ms,
+        "finished_at_ms": st.none() | epoch_ms,
+        "next_attempt_at_ms": st.none() | epoch_ms,
+        "trigger": triggers,
+        "job_version": st.integers(0, 2**60),
+        "recorded_at_ms": epoch_ms,
+    }
+)
+
+
+def _codec_fields(data: bytes) -> ResultFields | str:
+    """What the codec makes of ``data``: its fields, or the message of its DecodeError."""
+    try:
+        return fields_of(CODEC.decode(RecordKind.EXECUTION_RESULT, data))
+    except DecodeError as exc:
+        return f"DecodeError: {exc}"
+
+
+def _reader_fields(reader: ResultReader, data: bytes) -> ResultFields | str:
+    try:
+        return reader.read(data)
+    except DecodeError as exc:
+        return f"DecodeError: {exc}"
+
+
+def test_the_reader_is_proven_and_enabled_for_the_shipped_schema() -> None:
+    assert READER.enabled
+
+
+@settings(max_examples=400, deadline=None)
+@given(record=results, others=st.lists(results, max_size=3))
+def test_reads_exactly_what_the_codec_decodes(
+    record: dict[str, Any], others: list[dict[str, Any]]
+) -> None:
+    for item in [record, *others, record]:  # the repeat reads its tick from the cache
+        data = CODEC.encode(RecordKind.EXECUTION_RESULT, item)
+        expected = ResultFields(item["job_id"], item["scheduled_for_ms"], item["status"])
+        assert READER.read(data) == fields_of(CODEC.decode(RecordKind.EXECUTION_RESULT, data))
+        assert READER.read(data) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(record=common_results)
+def test_the_common_shape_is_read_by_the_fast_path(record: dict[str, Any]) -> None:
+    """Ids under 64 bytes, no reason or error: read without the field-by-field walk."""
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+    if len(record["execution_id"].encode()) < 64 and len(record["job_id"].encode()) < 64:
+        assert READER._read_common(data) == _codec_fields(data)
+    assert READER._read(data) == _codec_fields(data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    scheduled_for_ms=epoch_ms,
+    started_at_ms=epoch_ms,
+    duration_ms=st.integers(0, 10**6),
+    attempt=st.integers(0, 100),
+    job_version=st.integers(0, 2**60),
+    job_id=st.text(min_size=1, max_size=40),
+)
+def test_the_executors_spliced_results_are_read_by_the_fast_path(
+    scheduled_for_ms: int,
+    started_at_ms: int,
+    duration_ms: int,
+    attempt: int,
+    job_version: int,
+    job_id: str,
+) -> None:
+    """STARTED and SUCCEEDED as the executor writes them (result_bytes.ResultEncoder)."""
+    encoder = ResultEncoder(CODEC, "executor-7")
+    for status, finished_ms in (("STARTED", None), ("SUCCEEDED", started_at_ms + duration_ms)):
+        record = {
+            "execution_id": f"{job_id}@{scheduled_for_ms}",
+            "job_id": job_id,
+            "scheduled_for_ms": scheduled_for_ms,
+            "attempt": attempt,
+            "status": status,
+            "reason": None,
+            "error": None,
+            "worker_id": "executor-7",
+            "started_at_ms": started_at_ms,
+            "finished_at_ms": finished_ms,
+            "next_attempt_at_ms": None,
+            "trigger": "SCHEDULE",
+            "job_version": job_version,
+            "recorded_at_ms": finished_ms or started_at_ms,
+        }
+        data = encoder.encode(record)
+        assert data == CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+        fields = ResultFields(job_id, scheduled_for_ms, status)
+        assert READER.read(data) == fields
+        if len(record["execution_id"].encode()) < 64 and len(job_id.encode()) < 64:
+            assert READER._read_common(data) == fields
+
+
+mutations = st.one_of(
+    st.tuples(st.just("truncate"), st.integers(0, 200), st.just(0)),
+    st.tuples(st.just("flip"), st.integers(0, 200), st.integers(1, 255)),
+    st.tuples(st.just("insert"), st.integers(0, 200), st.integers(0, 255)),
+    st.tuples(st.just("delete"), st.integers(0, 200), st.just(0)),
+)
+
+
+def _mutate(data: bytes, mutation: tuple[str, int, int]) -> bytes:
+    kind, at, byte = mutation
+    if len(data) <= HEADER_LEN:
+        return data + bytes([byte])  # no body left to damage: grow one
+    at = HEADER_LEN + at % (len(data) - HEADER_LEN)  # in the body: the header is checked
+    if kind == "truncate":
+        return data[:at]
+    if kind == "flip":
+        return data[:at] + bytes([data[at] ^ byte]) + data[at + 1 :]
+    if kind == "insert":
+        return data[:at] + bytes([byte]) + data[at:]
+    return data[:at] + data[at + 1 :]
+
+
+@settings(max_examples=600, deadline=None)
+@given(record=results | common_results, mutation_list=st.lists(mutations, min_size=1, max_size=3))
+def test_mutated_records_read_as_the_codec_decodes_them_or_raise_its_error(
+    record: dict[str, Any], mutation_list: list[tuple[str, int, int]]
+) -> None:
+    """A damaged record reads like the codec: the same fields, or the same DecodeError."""
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+    for mutation in mutation_list:
+        data = _mutate(data, mutation)
+    assert _reader_fields(READER, data) == _codec_fields(data)
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda data: data[:-1],  # truncated
+        lambda data: data[:-7],  # no recorded_at_ms
+        lambda data: data + b"\x00",  # trailing byte
+        lambda data: data[:HEADER_LEN] + b"\x7f" + data[HEADER_LEN + 1 :],  # bad id length
+        lambda data: data[:HEADER_LEN] + b"\x01" + data[HEADER_LEN + 1 :],  # negative length
+        lambda data: data[:HEADER_LEN] + b"\x04\xff\xfe" + data[HEADER_LEN + 3 :],  # not UTF-8
+        lambda data: b"",
+        lambda data: b"\x00\x01" + data[2:],  # bad magic
+        lambda data: data[:2] + bytes(8) + data[HEADER_LEN:],  # unknown fingerprint
+    ],
+)
+def test_garbage_raises_the_codec_decode_error(mangle: Any) -> None:
+    data = mangle(CODEC.encode(RecordKind.EXECUTION_RESULT, _succeeded()))
+    with pytest.raises(DecodeError) as expected:
+        CODEC.decode(RecordKind.EXECUTION_RESULT, data)
+    with pytest.raises(DecodeError) as raised:
+        READER.read(data)
+    assert str(raised.value) == str(expected.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "valid"),
+    [
+        ("status", b"\x14", False),  # index 10: past the last symbol
+        ("status", b"\x01", True),  # index -1: fastavro reads the last symbol; so does read()
+        ("trigger", b"\x0c", False),  # index 6: past the last symbol
+        ("trigger", b"\x80\x00", True),  # index 0 in two bytes: odd, but the codec reads it
+        ("reason", b"\x04", False),  # union branch 2 of a two-branch union
+        ("attempt", b"\xfe\xff\xff\xff\x0f", True),  # 2**31 - 1, the largest Avro int
+    ],
+)
+def test_odd_fields_read_as_the_codec_reads_them(field: str, raw: bytes, valid: bool) -> None:
+    """Bytes the encoder never writes: the reader agrees with the codec on each."""
+    data = _with_field_bytes(field, raw)
+    assert _reader_fields(READER, data) == _codec_fields(data)
+    assert isinstance(_codec_fields(data), ResultFields) is valid
+
+
+def test_ten_byte_varints_go_to_the_codec_and_read_the_same() -> None:
+    record = {**_succeeded(), "scheduled_for_ms": -(2**63), "job_version": 2**63 - 1}
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+    assert READER._read_common(data) is None
+    with pytest.raises(ValueError):
+        READER._read(data)
+    assert READER.read(data) == ResultFields("job-1", -(2**63), "SUCCEEDED")
+
+
+def test_a_record_of_another_kind_is_refused_like_the_codec_does() -> None:
+    job = Job(job_id="a", version=1, handler="h", run_at_ms=1, created_at_ms=1, updated_at_ms=1)
+    data = CODEC.encode(RecordKind.JOB, job.to_avro())
+    with pytest.raises(DecodeError, match="expected a execution_result record"):
+        READER.read(data)
+
+
+def test_a_codec_that_resolves_results_disables_the_reader() -> None:
+    """Records of an older writer schema need resolution: the reader leaves them alone."""
+    current = json.loads((SCHEMA_DIR / "execution_result.v1.avsc").read_text())
+    newer = copy.deepcopy(current)
+    newer["fields"].append({"name": "note", "type": "string", "default": ""})
+    schemas = {kind: {1: json.loads((SCHEMA_DIR / f"{kind.value}.v1.avsc").read_text())}
+               for kind in RecordKind}  # fmt: skip
+    schemas[RecordKind.EXECUTION_RESULT] = {1: current, 2: newer}
+    old_writer = Codec(schemas, writer_versions={RecordKind.EXECUTION_RESULT: 1})
+    reader = ResultReader(old_writer)
+    assert not reader.enabled
+    data = old_writer.encode(RecordKind.EXECUTION_RESULT, _succeeded())
+    assert reader.read(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
+
+
+def test_the_tick_cache_stays_bounded() -> None:
+    reader = ResultReader(CODEC)
+    for i in range(5000):
+        record = {**_succeeded(), "scheduled_for_ms": 1_790_000_000_000 + i}
+        data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+        assert reader.read(data).scheduled_for_ms == 1_790_000_000_000 + i
+    assert 0 < len(reader._ticks) <= 4096
+
+
+def _with_field_bytes(field: str, raw: bytes) -> bytes:
+    """A SUCCEEDED result with the bytes of ``field`` replaced by ``raw``."""
+    record = _succeeded()
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+    pieces = _field_pieces(record)
+    assert data[HEADER_LEN:] == b"".join(pieces.values())  # the layout is as assumed
+    names = list(pieces)
+    start = HEADER_LEN + sum(len(pieces[name]) for name in names[: names.index(field)])
+    return data[:start] + raw + data[start + len(pieces[field]) :]
+
+
+def _field_pieces(record: dict[str, Any]) -> dict[str, bytes]:
+    """Each field's encoding, in the schema's order."""
+    status = {s.value: i for i, s in enumerate(ExecutionStatus)}
+    trigger = {t.value: i for i, t in enumerate(Trigger)}
+
+    def optional(value: Any, encode: Any) -> bytes:
+        return b"\x00" if value is None else b"\x02" + encode(value)
+
+    return {
+        "execution_id": avro_string(record["execution_id"]),
+        "job_id": avro_string(record["job_id"]),
+        "scheduled_for_ms": avro_long(record["scheduled_for_ms"]),
+        "attempt": avro_long(record["attempt"]),
+        "status": avro_long(status[record["status"]]),
+        "reason": optional(record["reason"], avro_string),
+        "error": optional(record["error"], avro_string),
+        "worker_id": optional(record["worker_id"], avro_string),
+        "started_at_ms": optional(record["started_at_ms"], avro_long),
+        "finished_at_ms": optional(record["finished_at_ms"], avro_long),
+        "next_attempt_at_ms": optional(record["next_attempt_at_ms"], avro_long),
+        "trigger": avro_long(trigger[record["trigger"]]),
+        "job_version": avro_long(record["job_version"]),
+        "recorded_at_ms": avro_long(record["recorded_at_ms"]),
+    }
+
+
+def _succeeded() -> dict[str, Any]:
+    return {
+        "execution_id": "job-1@1790000000000",
+        "job_id": "job-1",
+        "scheduled_for_ms": 1_790_000_000_000,
+        "attempt": 0,
+        "status": "SUCCEEDED",
+        "reason": None,
+        "error": None,
+        "worker_id": "executor-0",
+        "started_at_ms": 1_790_000_000_100,
+        "finished_at_ms": 1_790_000_000_200,
+        "next_attempt_at_ms": None,
+        "trigger": "SCHEDULE",
+        "job_version": 1_780_000_000_123_456,
+        "recorded_at_ms": 1_790_000_000_200,
+    }
