@@ -30,9 +30,9 @@ class TimerSettings(BaseSettings):
     # Entries fire (their DueEvents are emitted and committed) up to this long before their
     # fire time, so that punctuation and the transaction commit are paid ahead; executors
     # hold an early DueEvent until its ``fire_at_ms``. Late, on-time and catch-up decisions
-    # still use the real clock. 0 fires nothing before it is due (the default until every
-    # executor of the namespace holds early events: older ones would run them early).
-    fire_ahead_ms: int = Field(default=0, ge=0)
+    # still use the real clock. A command applied less than this before a fire may come
+    # after the fire was emitted (the fire then runs). 0 fires nothing before it is due.
+    fire_ahead_ms: int = Field(default=200, ge=0)
     # At most this many records are emitted per partition per punctuation, so a hot second
     # is drained in bounded slices and other partitions keep firing.
     batch_size: int = Field(default=1000, ge=1)

@@ -76,11 +76,16 @@ class FakeStore:
 
 
 class Timer:
-    """One timer partition over fakes, driven by an explicit clock."""
+    """One timer partition over fakes, driven by an explicit clock.
+
+    Fire-ahead is off unless a test sets ``fire_ahead_ms``: these tests pin fire times to
+    the millisecond (``test_fire_ahead.py`` tests the window)."""
 
     def __init__(self, **overrides: Any) -> None:
         settings = TimerSettings(
-            kafka=KafkaSettings(namespace="k."), instance_id="test-timer", **overrides
+            kafka=KafkaSettings(namespace="k."),
+            instance_id="test-timer",
+            **{"fire_ahead_ms": 0, **overrides},
         )
         self.env = TimerEnv.from_settings(settings, CODEC)
         self.jobs = FakeStore()
