@@ -14,6 +14,13 @@ deferred work: it waits while any partition is behind and is paced by a token bu
 
 from __future__ import annotations
 
+RESCAN_MS = 60_000
+"""How often a partition's collection starts over from its first key.
+
+A collection resumes where the last one stopped; entries below that point come back only
+if the transaction deleting them aborted. They are harmless (below the watermark a fast
+entry counts as fired) and the next full scan collects them."""
+
 
 class DrainPacer:
     """Per-process commit and collection pacing of the timer's punctuations."""
@@ -27,6 +34,7 @@ class DrainPacer:
         self._behind: set[int] = set()  # partitions whose last drain stopped at its budget
         self._tokens = float(batch_size)
         self._refilled_ms: int | None = None
+        self._collect_from: dict[int, tuple[bytes, int]] = {}  # resume key, full scan at ms
 
     def commit_within_ms(self, partition: int, emitted: int) -> int | None:
         """How soon the transaction should commit after this drain (None: no need)."""
@@ -52,6 +60,20 @@ class DrainPacer:
         """Spend tokens for ``count`` collected entries."""
         self._tokens = max(0.0, self._tokens - count)
 
+    def collect_start(self, partition: int, now_ms: int) -> bytes:
+        """The key the partition's next collection starts from (b"": its first key)."""
+        resume = self._collect_from.get(partition)
+        if resume is None or now_ms - resume[1] >= RESCAN_MS:
+            self._collect_from[partition] = (b"", now_ms)
+            return b""
+        return resume[0]
+
+    def collect_resume(self, partition: int, key: bytes) -> None:
+        """The partition's collection has collected everything below ``key``."""
+        resume = self._collect_from.get(partition)
+        self._collect_from[partition] = (key, resume[1] if resume is not None else 0)
+
     def forget(self, partition: int) -> None:
         """The partition is gone (revoked or lost)."""
         self._behind.discard(partition)
+        self._collect_from.pop(partition, None)

@@ -83,7 +83,10 @@ class TimerHooks:
         if not emitted:
             limit = self.pacer.collect_limit(now_ms)
             if limit > 0:
-                self.pacer.collected(collect_fired(scope, limit))
+                start = self.pacer.collect_start(partition, now_ms)
+                count, resume = collect_fired(scope, limit, start)
+                self.pacer.collected(count)
+                self.pacer.collect_resume(partition, resume)
 
     def on_revoked(self, partition: int) -> None:
         """Forget the partition's drain progress."""

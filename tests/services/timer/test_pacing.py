@@ -7,9 +7,9 @@ of ``test_timer_logic``.
 from __future__ import annotations
 
 from services.timer.drain import drain_due
-from services.timer.pacing import DrainPacer
+from services.timer.pacing import RESCAN_MS, DrainPacer
 from services.timer.scope import Scope
-from services.timer.wheel import WATERMARK_KEY
+from services.timer.wheel import WATERMARK_KEY, collect_fired, watermark
 from tests.services.timer.test_timer_logic import T0, Timer, cron_job, one_off
 
 
@@ -64,3 +64,39 @@ def test_bulk_output_emits_what_one_by_one_emits_in_the_same_order() -> None:
         if bulk:
             assert batches == [10, 30]  # the cron's DueEvent went out between them
     assert outputs[0] == outputs[1] and outputs[0][0] == 41
+
+
+def test_collection_resumes_where_the_last_one_stopped_and_rescans_every_minute() -> None:
+    pacer = DrainPacer(batch_size=100, backlog_commit_interval_ms=250, collect_per_s=1_000)
+    assert pacer.collect_start(2, T0) == b""  # first collection: from the first key
+    pacer.collect_resume(2, b"k5\x00")
+    assert pacer.collect_start(2, T0 + 1_000) == b"k5\x00"
+    assert pacer.collect_start(4, T0 + 1_000) == b""  # per partition
+    pacer.collect_resume(2, b"k9\x00")
+    assert pacer.collect_start(2, T0 + RESCAN_MS - 1) == b"k9\x00"
+    # After a minute it starts over: leftovers of an aborted collection get collected.
+    assert pacer.collect_start(2, T0 + RESCAN_MS) == b""
+    pacer.collect_resume(2, b"k3\x00")
+    assert pacer.collect_start(2, T0 + RESCAN_MS + 10) == b"k3\x00"
+    pacer.forget(2)  # revoked: a new owner's store starts from its first key
+    assert pacer.collect_start(2, T0 + RESCAN_MS + 20) == b""
+
+
+def test_collect_fired_deletes_below_the_watermark_from_start_and_says_where_to_resume() -> None:
+    timer = Timer(batch_size=1_000)
+    for i in range(30):
+        timer.submit(one_off(f"j{i:03d}", T0 + 1_000 + i), T0)
+    assert timer.punctuate(T0 + 2_000) == 30  # fired fast: left in the wheel below the mark
+    scope = timer.scope(T0 + 2_000)
+    fired = [k for k, _ in timer.wheel.iter_range(b"", watermark(scope), 100)]
+    assert len(fired) == 30
+    count, resume = collect_fired(scope, 10, b"")
+    assert count == 10 and resume == fired[9] + b"\x00"
+    assert [k for k, _ in timer.wheel.iter_range(b"", watermark(scope), 100)] == fired[10:]
+    count, resume = collect_fired(scope, 10, resume)
+    assert count == 10 and resume == fired[19] + b"\x00"
+    count, resume = collect_fired(scope, 50, resume)  # the rest: resume at the watermark
+    assert count == 10 and resume == watermark(scope)
+    assert collect_fired(scope, 50, resume) == (0, resume)
+    assert timer.wheel.iter_range(b"", watermark(scope), 100) == []
+    assert timer.wheel.get(WATERMARK_KEY) is None  # the watermark lives in the jobs store
