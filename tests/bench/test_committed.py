@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -47,13 +46,15 @@ def test_never_past_and_nothing_to_wait_for() -> None:
 
 
 @pytest.mark.kafka
-def test_watch_sees_a_transaction_commit_after_it_happens() -> None:
+def test_watch_sees_a_transaction_commit_after_it_happens(
+    kafka_bootstrap: str, namespace: str
+) -> None:
     """On the real broker: the LSO passes the records only once their transaction committed."""
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    topic = f"test.lso.{uuid.uuid4().hex[:8]}"
+    bootstrap = kafka_bootstrap
+    topic = f"{namespace}lso"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result()
-    settings = KafkaSettings(bootstrap_servers=bootstrap, namespace="test.lso.", partitions=2)
+    settings = KafkaSettings(bootstrap_servers=bootstrap, namespace=namespace, partitions=2)
     producer = TransactionalProducer(settings, f"lso-{uuid.uuid4().hex[:8]}")
     watch = StableOffsetWatch(bootstrap, [(topic, 0), (topic, 1)], interval_ms=10)
     try:
