@@ -244,6 +244,7 @@ class ExecutorLoop:
 
     def _commit(self) -> None:
         began = self._last_commit = time.monotonic()
+        self._runs.publish_started()
         self._runs.flush_outputs()
         if self._abort_reason is not None:  # a produce failed: the transaction lacks records
             self._abort(self._abort_reason)

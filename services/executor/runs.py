@@ -1,8 +1,14 @@
 """One due record's way through the executor: read, dedup, run, record the outcome.
 
-Everything a run produces (STARTED, its result, a retry or a dead letter, its dedup entry)
-goes into the open Kafka transaction and its offset is marked finished, so the next commit
-carries all of it or none of it.
+Everything a run produces (its result, a retry or a dead letter, its dedup entry) goes into
+the open Kafka transaction and its offset is marked finished, so the next commit carries all of
+it or none of it.
+
+STARTED is produced only for a run still waiting when a transaction is about to commit
+(:meth:`RecordRunner.publish_started`). A ``read_committed`` reader cannot tell the difference:
+before, the STARTED of a run that ended before the commit became visible in the same instant as
+its final result, whose ``started_at_ms`` says when it started. A short run now costs one result
+record instead of two, for the executor, the broker and every reader of ``job-results``.
 
 :meth:`RecordRunner.start` takes a record as far as it goes without waiting: a skipped or
 undecodable record, and a run whose handler returns without suspending (an ``async def``
@@ -140,6 +146,8 @@ class RecordRunner:
         self._holds = holds  # None: every record runs when read, whatever its fire_at_ms
         # Outputs of runs not yet handed to the producer: one produce_many per batch.
         self._outputs: list[tuple[str, bytes | None, bytes | None]] = []
+        # Waiting runs whose STARTED is not produced yet, by execution id.
+        self._unpublished: dict[str, _Run] = {}
         self.running: dict[TP, dict[int, RunTask]] = {}
         self._running_ids: set[str] = set()
         self.active: set[TP] = set()  # partitions with runs since their (re)assignment
@@ -235,8 +243,7 @@ class RecordRunner:
             return None
         started = self._clock.now()
         started_ms = self._clock.ms
-        self._produce(self._results, view.key, self._started_bytes(view, started))
-        self._stats.started += 1
+        self._stats.started += 1  # its STARTED is produced only if it still waits at a commit
         if view.timeout_ms <= 0:
             outcome = no_time_outcome(handler.name, view.timeout_ms / 1000, started_ms)
             self._complete(view, outcome, tp, previous)
@@ -279,6 +286,7 @@ class RecordRunner:
         running = self.running.setdefault(tp, {})
         running[offset] = task
         self._running_ids.add(execution_id)
+        self._unpublished[execution_id] = run
         ticket = self._deadlines.add(task, deadline)
         outcome: RunOutcome | None = None
         try:
@@ -296,6 +304,7 @@ class RecordRunner:
         finally:
             running.pop(offset, None)
             self._running_ids.discard(execution_id)
+            self._unpublished.pop(execution_id, None)  # ended before a commit: no STARTED
         if not self._assignment.is_current(tp, run.token):
             self._stats.dropped += 1
             return
@@ -391,6 +400,17 @@ class RecordRunner:
     def _encode(self, kind: RecordKind, record: dict[str, Any]) -> bytes:
         return self._codec.encode(kind, record)
 
+    def publish_started(self) -> None:
+        """Produce STARTED for the runs still waiting (once each): a commit is about to happen."""
+        unpublished = self._unpublished
+        if not unpublished:
+            return
+        is_current, results = self._assignment.is_current, self._results
+        for run in unpublished.values():
+            if is_current(run.tp, run.token):  # else dropped: the next owner runs it again
+                self._produce(results, run.view.key, self._started_bytes(run.view, run.started))
+        unpublished.clear()
+
     def flush_outputs(self) -> None:
         """Hand the outputs of the runs so far to the producer (before every commit)."""
         outputs, self._outputs = self._outputs, []
@@ -404,6 +424,7 @@ class RecordRunner:
     def drop_outputs(self) -> None:
         """Forget the outputs not handed over yet (the transaction is aborted)."""
         self._outputs.clear()
+        self._unpublished.clear()  # their runs are cancelled
 
     def _produce(self, topic: str, key: bytes | None, value: bytes) -> None:
         outputs = self._outputs

@@ -123,7 +123,12 @@ def by_status(results: list[dict[str, Any]], execution_id: str) -> list[tuple[in
     return [(r["attempt"], r["status"]) for r in results if r["execution_id"] == execution_id]
 
 
-def test_success_emits_started_then_succeeded(
+def outcomes(results: list[dict[str, Any]], execution_id: str) -> list[tuple[int, str]]:
+    """``by_status`` without STARTED, which a run has only if it still waited at a commit."""
+    return [s for s in by_status(results, execution_id) if s[1] != "STARTED"]
+
+
+def test_a_run_that_ends_before_the_commit_has_only_its_final_result(
     topics: KafkaSettings, executor: ExecutorThread, reader: TopicReader, calls: Calls
 ) -> None:
     events = [due_event(f"ok-{i}", handler="tests.record") for i in range(6)]
@@ -131,10 +136,27 @@ def test_success_emits_started_then_succeeded(
     reader.wait_for(lambda r: len(finals(r.results())) == 6, what="6 successes")
     results = reader.results()
     for e in events:
-        assert by_status(results, e["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
+        assert by_status(results, e["execution_id"]) == [(1, "SUCCEEDED")]
         assert calls.count(e["execution_id"]) == 1
     assert {r["worker_id"] for r in results} == {"w0"}
-    assert all(r["started_at_ms"] <= r["recorded_at_ms"] for r in results)
+    assert all(r["started_at_ms"] <= r["finished_at_ms"] <= r["recorded_at_ms"] for r in results)
+
+
+def test_a_run_still_waiting_at_a_commit_has_started_then_its_final_result(
+    topics: KafkaSettings, executor: ExecutorThread, reader: TopicReader
+) -> None:
+    """A 1 s run spans several 100 ms commits: its STARTED is committed while it runs."""
+    slow = due_event("slow", handler="examples.sleep", payload=b"1")
+    produce_due(topics, [slow])
+    reader.wait_for(lambda r: r.results() != [], 30, "the STARTED")
+    (started,) = reader.results()
+    assert started["status"] == "STARTED" and started["finished_at_ms"] is None
+    reader.wait_for(lambda r: len(finals(r.results())) == 1, 30, "the success")
+    results = reader.results()
+    assert by_status(results, slow["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
+    succeeded = results[1]
+    assert succeeded["started_at_ms"] == started["started_at_ms"]
+    assert succeeded["finished_at_ms"] - succeeded["started_at_ms"] >= 1000
 
 
 def test_failure_then_success_through_the_real_timer(
@@ -157,10 +179,9 @@ def test_failure_then_success_through_the_real_timer(
         thread.join(30)
     execution_id = f"flaky-job@{created + 1000}"
     results = [r for r in reader.results() if r["execution_id"] == execution_id]
-    assert [(r["attempt"], r["status"]) for r in results] == [
-        (1, "STARTED"), (1, "FAILED"), (2, "STARTED"), (2, "SUCCEEDED"),
-    ]  # fmt: skip
-    failed, retried = results[1], results[3]
+    results = [r for r in results if r["status"] != "STARTED"]
+    assert [(r["attempt"], r["status"]) for r in results] == [(1, "FAILED"), (2, "SUCCEEDED")]
+    failed, retried = results
     delay = retry_delay_ms(RetryPolicy.from_record(retry), 1, execution_id)
     assert failed["next_attempt_at_ms"] == failed["recorded_at_ms"] + delay
     assert 900 <= delay <= 1100
@@ -182,11 +203,12 @@ def test_dead_letter_after_the_last_attempt(
     finally:
         mover.close()
     results = [r for r in reader.results() if r["execution_id"] == event["execution_id"]]
-    assert [(r["attempt"], r["status"]) for r in results if r["status"] != "STARTED"] == [
+    ends = [r for r in results if r["status"] != "STARTED"]
+    assert [(r["attempt"], r["status"]) for r in ends] == [
         (1, "FAILED"), (2, "FAILED"), (3, "DEAD_LETTER"),
     ]  # fmt: skip
     failures = [r for r in results if r["status"] == "FAILED"]
-    starts = [r["started_at_ms"] for r in results if r["status"] == "STARTED"]
+    starts = [r["started_at_ms"] for r in ends]
     gaps = [f["next_attempt_at_ms"] - f["recorded_at_ms"] for f in failures]
     assert 360 <= gaps[0] <= 440 and 720 <= gaps[1] <= 880  # 400 ms, then 800 ms, +/- 10 %
     assert starts[1] >= failures[0]["next_attempt_at_ms"]
@@ -226,7 +248,7 @@ def test_unknown_handler_and_poison_record_do_not_stop_the_executor(
     produce_due(topics, [unknown])
     reader.wait_for(lambda r: len(finals(r.results())) == 2, 30, "two final results")
     results = reader.results()
-    assert by_status(results, after_poison["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
+    assert by_status(results, after_poison["execution_id"]) == [(1, "SUCCEEDED")]
     assert by_status(results, unknown["execution_id"]) == [(1, "DEAD_LETTER")]
     (ghost,) = [r for r in results if r["execution_id"] == unknown["execution_id"]]
     assert "no handler named 'nope.missing'" in ghost["error"]
@@ -350,7 +372,7 @@ def test_redelivered_final_execution_is_skipped_and_replay_runs_once(
     produce_due(topics, [due_event("marker", handler="tests.record")])
     reader.wait_for(lambda r: len(finals(r.results())) == 3, 30, "the marker")
     results = reader.results()
-    assert by_status(results, done["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
+    assert outcomes(results, done["execution_id"]) == [(1, "SUCCEEDED")]
     assert calls.count(done["execution_id"]) == 1
     revived = [r for r in results if r["execution_id"] == dead["execution_id"]]
     assert [(r["status"], r["trigger"]) for r in revived if r["status"] != "STARTED"] == [
@@ -521,8 +543,8 @@ def test_stuck_sync_handlers_are_timed_out_then_sync_work_stops_until_they_retur
     assert by_status(results, refused["execution_id"]) == [(1, "DEAD_LETTER")]  # never STARTED
     (dead,) = [r for r in results if r["execution_id"] == refused["execution_id"]]
     assert "sync handler threads hang past their deadlines" in dead["error"]
-    assert by_status(results, fine["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
-    assert by_status(results, later["execution_id"]) == [(1, "STARTED"), (1, "SUCCEEDED")]
+    assert by_status(results, fine["execution_id"]) == [(1, "SUCCEEDED")]  # never waited
+    assert outcomes(results, later["execution_id"]) == [(1, "SUCCEEDED")]
     assert ran == [later["execution_id"]] and stats.sync_refused == 1
 
 
