@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any, Self
 
@@ -43,6 +44,7 @@ from bench.committed import StableOffsetWatch, first_time_past
 from bench.pipe import measure_pipe
 from streams.admin import ensure_topics
 from streams.codec import Codec, RecordKind
+from streams.records import Job
 from streams.settings import KafkaSettings
 from streams.topics import Priority, TopicNames
 
@@ -54,38 +56,32 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _job_template() -> dict[str, Any]:
+    """A Job with the schema's defaults, from the record model, enum members as plain values
+    (as a decoded record has them)."""
+    job = Job(
+        job_id="",
+        version=1,
+        handler="bench.noop",
+        timeout_ms=60_000,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+    return {k: v.value if isinstance(v, Enum) else v for k, v in job.to_avro().items()}
+
+
+# Built once: ``Job(...).to_avro()`` per record costs ~8 us against ~1 us for a copy of
+# this, and the herd pre-builds a million records.
+_JOB_TEMPLATE = _job_template()
+_JOB_CONTAINERS = [name for name, value in _JOB_TEMPLATE.items() if isinstance(value, dict | list)]
+
+
 def job_record(job_id: str, created_ms: int, **fields: Any) -> dict[str, Any]:
     """An encodable Job dict with the schema's defaults; ``fields`` override them."""
-    record: dict[str, Any] = {
-        "job_id": job_id,
-        "version": 1,
-        "status": "SCHEDULED",
-        "handler": "bench.noop",
-        "payload": b"",
-        "run_at_ms": None,
-        "cron": None,
-        "depends_on": [],
-        "priority": "NORMAL",
-        "timeout_ms": 60_000,
-        "retry": {
-            "max_attempts": 3,
-            "initial_backoff_ms": 1000,
-            "multiplier": 2.0,
-            "max_backoff_ms": 300_000,
-            "jitter_ratio": 0.1,
-        },
-        "overlap": "SKIP",
-        "catchup": "LATEST",
-        "catchup_window_ms": 86_400_000,
-        "jitter_ms": 0,
-        "tenant": "default",
-        "labels": {},
-        "manual_fire_at_ms": None,
-        "idempotency_key": None,
-        "request_hash": None,
-        "created_at_ms": created_ms,
-        "updated_at_ms": created_ms,
-    }
+    record = {**_JOB_TEMPLATE, "job_id": job_id}
+    record["created_at_ms"] = record["updated_at_ms"] = created_ms
+    for name in _JOB_CONTAINERS:  # fresh ones per record: callers may change theirs
+        record[name] = record[name].copy()
     record.update(fields)
     return record
 

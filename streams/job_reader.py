@@ -11,8 +11,9 @@ parsed to exactly those fields, so equal bytes at the same place parse the same.
 It is exact or unused: it serves only records whose fingerprint is the codec's writer
 schema for Job when that schema is also the reader schema (no resolution), and only after
 proving, at construction, that it decodes probe records exactly as the codec does. Any
-other record, and any record it cannot parse, goes to :meth:`Codec.decode` (which raises
-the usual :class:`DecodeError` for garbage).
+other record, and any record it cannot parse or cannot be sure of (a varint longer than 9
+bytes: see :func:`~streams.avro_binary.read_long`), goes to :meth:`Codec.decode` (which
+raises the usual :class:`DecodeError` for garbage).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from streams.avro_binary import read_long
 from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import DecodeError
 
@@ -33,25 +35,8 @@ _MAX_CACHED = 4096
 _MAX_CACHED_BYTES = 512
 
 
-def _long(data: bytes, pos: int) -> tuple[int, int]:
-    """The zig-zag varint at ``pos`` and the position after it."""
-    byte = data[pos]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    value = byte & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-
-
 def _text(data: bytes, pos: int) -> tuple[str, int]:
-    size, pos = _long(data, pos)
+    size, pos = read_long(data, pos)
     if size < 0:
         raise ValueError("negative string length")
     end = pos + size
@@ -61,7 +46,7 @@ def _text(data: bytes, pos: int) -> tuple[str, int]:
 
 
 def _blob(data: bytes, pos: int) -> tuple[bytes, int]:
-    size, pos = _long(data, pos)
+    size, pos = read_long(data, pos)
     if size < 0:
         raise ValueError("negative bytes length")
     end = pos + size
@@ -76,7 +61,7 @@ def _optional_long(data: bytes, pos: int) -> tuple[int | None, int]:
         return None, pos + 1
     if branch != 2:
         raise ValueError("bad union branch")
-    return _long(data, pos + 1)
+    return read_long(data, pos + 1)
 
 
 def _optional_text(data: bytes, pos: int) -> tuple[str | None, int]:
@@ -89,9 +74,9 @@ def _optional_text(data: bytes, pos: int) -> tuple[str | None, int]:
 
 
 def _block_count(data: bytes, pos: int) -> tuple[int, int]:
-    count, pos = _long(data, pos)
+    count, pos = read_long(data, pos)
     if count < 0:  # a negative count is followed by the block's size in bytes
-        _, pos = _long(data, pos)
+        _, pos = read_long(data, pos)
         count = -count
     return count, pos
 
@@ -119,7 +104,7 @@ def _text_map(data: bytes, pos: int) -> tuple[dict[str, str], int]:
 
 
 def _enum(symbols: tuple[str, ...], data: bytes, pos: int) -> tuple[str, int]:
-    index, pos = _long(data, pos)
+    index, pos = read_long(data, pos)
     if index < 0:
         raise ValueError("negative enum index")
     return symbols[index], pos
@@ -150,16 +135,16 @@ def _cron(data: bytes, pos: int) -> tuple[dict[str, Any] | None, int]:
 def _shared_fields(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
     """Fields ``priority`` to ``request_hash``, the part the jobs of one load share."""
     priority, pos = _enum(_PRIORITY, data, pos)
-    timeout_ms, pos = _long(data, pos)
-    max_attempts, pos = _long(data, pos)
-    initial_backoff_ms, pos = _long(data, pos)
+    timeout_ms, pos = read_long(data, pos)
+    max_attempts, pos = read_long(data, pos)
+    initial_backoff_ms, pos = read_long(data, pos)
     multiplier = _DOUBLE(data, pos)[0]
-    max_backoff_ms, pos = _long(data, pos + 8)
+    max_backoff_ms, pos = read_long(data, pos + 8)
     jitter_ratio = _DOUBLE(data, pos)[0]
     overlap, pos = _enum(_OVERLAP, data, pos + 8)
     catchup, pos = _enum(_CATCHUP, data, pos)
-    catchup_window_ms, pos = _long(data, pos)
-    jitter_ms, pos = _long(data, pos)
+    catchup_window_ms, pos = read_long(data, pos)
+    jitter_ms, pos = read_long(data, pos)
     tenant, pos = _text(data, pos)
     labels, pos = _text_map(data, pos)
     manual_fire_at_ms, pos = _optional_long(data, pos)
@@ -196,9 +181,9 @@ def _remember(cache: dict[Any, dict[str, Any]], key: Any, fields: dict[str, Any]
 
 def _skip_status_handler_payload(data: bytes, pos: int) -> int:
     """Where ``run_at_ms`` starts, skipping ``status``, ``handler`` and ``payload`` unread."""
-    _, pos = _long(data, pos)
-    size, pos = _long(data, pos)
-    size, pos = _long(data, pos + size)
+    _, pos = read_long(data, pos)
+    size, pos = read_long(data, pos)
+    size, pos = read_long(data, pos + size)
     return pos + size
 
 
@@ -243,7 +228,7 @@ class JobReader:
 
     def _read(self, data: bytes) -> dict[str, Any]:
         job_id, pos = _text(data, HEADER_LEN)
-        version, pos = _long(data, pos)  # ingest versions creates by their microsecond
+        version, pos = read_long(data, pos)  # ingest versions creates by their microsecond
         split = _last_two_longs_start(data)
         # The body key is every byte from status to request_hash but run_at_ms's, so the
         # one-offs of one shape share it whatever their run times.
@@ -266,8 +251,8 @@ class JobReader:
         if stamps == self._last_stamps:  # a bulk load stamps its jobs with its millisecond
             created_at_ms, updated_at_ms = self._last_stamp_values
         else:
-            created_at_ms, end = _long(data, end)
-            updated_at_ms, end = _long(data, end)
+            created_at_ms, end = read_long(data, end)
+            updated_at_ms, end = read_long(data, end)
             if end != len(data):
                 raise ValueError("bytes left after the record")
             self._last_stamps = stamps

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from streams.avro_binary import avro_long, avro_string
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.records import ExecutionStatus, Trigger
+from streams.result_probes import result_probes
 
 if TYPE_CHECKING:
     from services.executor.due_view import DueView
@@ -143,26 +144,5 @@ class ResultEncoder:
 
 
 def _probes() -> list[dict[str, Any]]:
-    records = []
-    for i, status in enumerate(ExecutionStatus):
-        for j, trigger in enumerate(Trigger):
-            some = (i + j) % 2 == 0
-            records.append(
-                {
-                    "execution_id": f"jöb-{i}@{-(10**12) - j}",
-                    "job_id": f"jöb-{i}" * (j + 1) * 20,
-                    "scheduled_for_ms": -(10**12) - j if some else 2**62 + i,
-                    "attempt": i * 100 + j - 3,
-                    "status": status.value,
-                    "reason": "r" * (i * 30) if some else None,
-                    "error": None if some else "e€" * (j * 50),
-                    "worker_id": "w" if some else None,
-                    "started_at_ms": 1_780_000_000_123 + i if some else None,
-                    "finished_at_ms": None if some else -1,
-                    "next_attempt_at_ms": 63 + j if some else None,
-                    "trigger": trigger.value,
-                    "job_version": 2**63 - 1 if some else -(2**63),
-                    "recorded_at_ms": 64 * j + i,
-                }
-            )
-    return records
+    """Every status and trigger, every union branch, and the widest (10-byte) varints."""
+    return result_probes(max_varint_bytes=10)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import copy
-import json
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import SCHEMA_DIR
 from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.job_reader import JobReader
+from streams.records import Job
+from tests.streams.codec_testkit import codec_resolving
 
 CODEC = Codec.from_directory()
 READER = JobReader(CODEC)
@@ -145,6 +144,25 @@ def test_garbage_raises_the_codec_decode_error(mangle: Any) -> None:
     assert str(raised.value) == str(expected.value)
 
 
+@pytest.mark.parametrize(
+    "varint",
+    [
+        b"\xff" * 9 + b"\x7f",  # bits past 64: the codec drops them
+        b"\xff" * 9 + b"\x03",
+        b"\xff" * 9 + b"\x01",  # -(2**63), canonical
+        b"\x82" + b"\x80" * 9 + b"\x00",  # 1 in eleven bytes
+    ],
+)
+def test_versions_in_ten_or_more_varint_bytes_decode_as_the_codec_decodes_them(
+    varint: bytes,
+) -> None:
+    data = CODEC.encode(RecordKind.JOB, _one_off())
+    version_at = HEADER_LEN + 1 + len("job-1")
+    assert data[version_at] == 2  # version 1, one byte
+    data = data[:version_at] + varint + data[version_at + 1 :]
+    assert READER.decode(data) == CODEC.decode(RecordKind.JOB, data)
+
+
 def test_a_record_of_another_kind_is_refused_like_the_codec_does() -> None:
     result = {
         "execution_id": "a@1",
@@ -160,13 +178,7 @@ def test_a_record_of_another_kind_is_refused_like_the_codec_does() -> None:
 
 def test_a_codec_that_resolves_job_records_disables_the_reader() -> None:
     """Records of an older writer schema need resolution: the reader leaves them alone."""
-    current = json.loads((SCHEMA_DIR / "job.v1.avsc").read_text())
-    newer = copy.deepcopy(current)
-    newer["fields"].append({"name": "note", "type": "string", "default": ""})
-    schemas = {kind: {1: json.loads((SCHEMA_DIR / f"{kind.value}.v1.avsc").read_text())}
-               for kind in RecordKind}  # fmt: skip
-    schemas[RecordKind.JOB] = {1: current, 2: newer}
-    old_writer = Codec(schemas, writer_versions={RecordKind.JOB: 1})
+    old_writer = codec_resolving(RecordKind.JOB)
     reader = JobReader(old_writer)
     assert not reader.enabled
     data = old_writer.encode(RecordKind.JOB, _one_off())
@@ -174,33 +186,12 @@ def test_a_codec_that_resolves_job_records_disables_the_reader() -> None:
 
 
 def _one_off() -> dict[str, Any]:
-    return {
-        "job_id": "job-1",
-        "version": 1,
-        "status": "SCHEDULED",
-        "handler": "bench.noop",
-        "payload": b"",
-        "run_at_ms": 1_790_000_000_000,
-        "cron": None,
-        "depends_on": [],
-        "priority": "NORMAL",
-        "timeout_ms": 60_000,
-        "retry": {
-            "max_attempts": 3,
-            "initial_backoff_ms": 1000,
-            "multiplier": 2.0,
-            "max_backoff_ms": 300_000,
-            "jitter_ratio": 0.1,
-        },
-        "overlap": "SKIP",
-        "catchup": "LATEST",
-        "catchup_window_ms": 86_400_000,
-        "jitter_ms": 0,
-        "tenant": "default",
-        "labels": {},
-        "manual_fire_at_ms": None,
-        "idempotency_key": None,
-        "request_hash": None,
-        "created_at_ms": 1_780_000_000_000,
-        "updated_at_ms": 1_780_000_000_000,
-    }
+    job = Job(
+        job_id="job-1",
+        version=1,
+        handler="bench.noop",
+        run_at_ms=1_790_000_000_000,
+        created_at_ms=1_780_000_000_000,
+        updated_at_ms=1_780_000_000_000,
+    )
+    return job.to_avro()

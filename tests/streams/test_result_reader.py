@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import copy
-import json
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import SCHEMA_DIR
 from services.executor.result_bytes import ResultEncoder
 from streams.avro_binary import avro_long, avro_string
 from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.records import ExecutionStatus, Job, Trigger
 from streams.result_reader import ResultFields, ResultReader, fields_of
+from tests.streams.codec_testkit import codec_resolving
 
 CODEC = Codec.from_directory()
 READER = ResultReader(CODEC)
@@ -246,13 +244,7 @@ def test_a_record_of_another_kind_is_refused_like_the_codec_does() -> None:
 
 def test_a_codec_that_resolves_results_disables_the_reader() -> None:
     """Records of an older writer schema need resolution: the reader leaves them alone."""
-    current = json.loads((SCHEMA_DIR / "execution_result.v1.avsc").read_text())
-    newer = copy.deepcopy(current)
-    newer["fields"].append({"name": "note", "type": "string", "default": ""})
-    schemas = {kind: {1: json.loads((SCHEMA_DIR / f"{kind.value}.v1.avsc").read_text())}
-               for kind in RecordKind}  # fmt: skip
-    schemas[RecordKind.EXECUTION_RESULT] = {1: current, 2: newer}
-    old_writer = Codec(schemas, writer_versions={RecordKind.EXECUTION_RESULT: 1})
+    old_writer = codec_resolving(RecordKind.EXECUTION_RESULT)
     reader = ResultReader(old_writer)
     assert not reader.enabled
     data = old_writer.encode(RecordKind.EXECUTION_RESULT, _succeeded())
