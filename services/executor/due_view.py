@@ -110,7 +110,7 @@ def _length(data: bytes, pos: int) -> tuple[int, int]:
     if match is None:
         raise _NotFastError
     length = decode_long(match.group(1))
-    if length < 0:
+    if length < 0 or length > len(data):  # a corrupt length: past any position (the codec says)
         raise _NotFastError
     return length, match.end()
 

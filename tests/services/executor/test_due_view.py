@@ -22,6 +22,8 @@ from streams.exceptions import DecodeError
 from streams.records import ExecutionStatus, Trigger
 from streams.topics import Priority
 
+from .test_service_kit import due_event
+
 CODEC = Codec.from_directory()
 READER = DueReader(CODEC)
 WORKER = "executor-wörker-1"
@@ -92,6 +94,20 @@ def read_view(value: bytes) -> DueView | None:
 def test_the_fast_parser_is_on_for_the_current_schema() -> None:
     assert READER.fast
     assert ENCODER.spliced
+
+
+@pytest.mark.parametrize("length", [2**63 - 1, 2**62, 10_000])
+def test_a_string_length_past_the_record_is_refused_not_a_crash(length: int) -> None:
+    """Found by the corrupt-records property: a 10-byte length before a field the parser
+    matches by regex made it raise OverflowError (not a DecodeError), which would have
+    stopped the executor on one poison record."""
+    event = due_event("corrupt-length")
+    value = CODEC.encode(RecordKind.DUE_EVENT, event)
+    at = 10 + 1 + len(event["execution_id"])  # header, the id's length and bytes: job_id's length
+    assert value[at] == len(event["job_id"]) * 2  # one varint byte (zig-zag)
+    corrupt = value[:at] + avro_long(length) + value[at + 1 :]
+    assert read_view(corrupt) is None
+    assert expected_view(corrupt) is None
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
