@@ -137,7 +137,7 @@ class DueReader:
         if self.fast and value.startswith(self._header):
             try:
                 return self._parse(value)
-            except (_NotFastError, IndexError, UnicodeDecodeError):
+            except (_NotFastError, IndexError, UnicodeDecodeError, ValueError, OverflowError):
                 pass  # the codec decides: a record it reads, or its DecodeError
         return self.from_record(self._codec.decode(RecordKind.DUE_EVENT, value), value)
 
