@@ -46,6 +46,7 @@ from bench.herd import (
     ROOT,
     DueReader,
     TimerProcess,
+    add_env_options,
     delete_namespace,
     job_record,
     now_ms,
@@ -503,10 +504,7 @@ def main() -> None:
         "--broker-data", type=Path, default=ROOT / ".state" / "broker" / "data",
         help="the local broker's log dir, read to size this namespace's topics",
     )  # fmt: skip
-    parser.add_argument(
-        "--timer-env", action="append", default=[], metavar="NAME=VALUE",
-        help="extra environment of the timer child (e.g. MALLOC_ARENA_MAX=2); repeatable",
-    )  # fmt: skip
+    add_env_options(parser, "timer")
     parser.add_argument("--no-restarts", action="store_true", help="stop after the intake")
     parser.add_argument(
         "--wiped-restarts", type=int, default=1, metavar="N",

@@ -55,6 +55,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from bench.herd import (
     Profiler,
     TimerProcess,
+    add_env_options,
     bench_settings,
     delete_namespace,
     job_record,
@@ -753,8 +754,7 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=None)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy stacks here")
     parser.add_argument("--skip-pipe", action="store_true", help="no raw pipe baseline")
-    parser.add_argument("--executor-env", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--timer-env", action="append", default=[], metavar="NAME=VALUE")
+    add_env_options(parser, "timer", "executor")
     args = parser.parse_args()
     options = E2EOptions(
         jobs=args.jobs,

@@ -406,6 +406,23 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items)
 
 
+_ENV_EXAMPLES = {
+    "timer": "KAFKRON_TIMER_BATCH_SIZE=5000",
+    "executor": "KAFKRON_EXECUTOR_MAX_HOLD_MS=0",
+}
+
+
+def add_env_options(parser: argparse.ArgumentParser, *children: str) -> None:
+    """``--<child>-env NAME=VALUE`` (repeatable) per child process, e.g. ``"timer"``;
+    read them with :func:`parse_env`."""
+    for child in children:
+        parser.add_argument(
+            f"--{child}-env", action="append", default=[], metavar="NAME=VALUE",
+            help=f"extra environment of the {child} child, e.g. {_ENV_EXAMPLES.get(child, 'A=B')}"
+            "; repeatable",
+        )  # fmt: skip
+
+
 def run_herd(
     bootstrap: str, jobs: int, options: HerdOptions, raw_produce_per_s: float | None = None
 ) -> None:
@@ -596,13 +613,7 @@ def main() -> None:
     parser.add_argument("--native", action="store_true", help="py-spy --native (C frames)")
     parser.add_argument("--idle", action="store_true", help="py-spy --idle (waits too)")
     parser.add_argument("--keep-log", type=Path, default=None, help="copy the timer log here")
-    parser.add_argument(
-        "--timer-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="extra environment of the timer, e.g. KAFKRON_TIMER_BATCH_SIZE=5000",
-    )
+    add_env_options(parser, "timer")
     parser.add_argument(
         "--baseline-root", type=Path, default=None,
         help="also run the timer of this checkout (e.g. `git archive HEAD | tar -x -C DIR`), "

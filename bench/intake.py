@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient
 from bench.herd import (
     Profiler,
     TimerProcess,
+    add_env_options,
     bench_settings,
     delete_namespace,
     job_record,
@@ -267,13 +268,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the timer to .svg")
     parser.add_argument("--native", action="store_true", help="py-spy --native (C frames)")
     parser.add_argument("--idle", action="store_true", help="py-spy --idle (waits too)")
-    parser.add_argument(
-        "--timer-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="extra environment of the timer, e.g. KAFKRON_TIMER_CONSUME_BATCH_SIZE=5000",
-    )
+    add_env_options(parser, "timer")
     args = parser.parse_args()
     options = IntakeOptions(
         jobs=args.jobs,

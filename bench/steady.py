@@ -41,6 +41,7 @@ from bench.e2e_herd import (
 from bench.herd import (
     DueReader,
     TimerProcess,
+    add_env_options,
     bench_settings,
     delete_namespace,
     job_record,
@@ -234,20 +235,7 @@ def main() -> None:
     parser.add_argument("--fire-ahead-ms", type=int, default=200, help="the timer's setting")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--partitions", type=int, default=12)
-    parser.add_argument(
-        "--timer-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="extra environment of the timer, e.g. KAFKRON_TIMER_PUNCTUATE_INTERVAL_MS=5",
-    )
-    parser.add_argument(
-        "--executor-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="extra environment of the executor, e.g. KAFKRON_EXECUTOR_MAX_HOLD_MS=0",
-    )
+    add_env_options(parser, "timer", "executor")
     args = parser.parse_args()
     options = SteadyOptions(
         rate=args.rate,
