@@ -4,7 +4,9 @@ Validation and encoding run inline; the only waits are awaited
 futures: the status view catching up before a keyed create (coalesced across requests by
 :class:`~services.ingest.catch_up.AsyncCatchUp`) and the delivery reports of the records
 (many requests share the producer's batches). A create still answers only once its record
-is durable (``acks=all``).
+is durable (``acks=all``). Single creates that reach :meth:`AsyncCreates.create` in the same
+loop turn run as one :meth:`AsyncCreates.create_many` (:mod:`services.ingest.create_batches`),
+each with its own answer.
 
 A create without job id or cron (a plain one-off, the bulk case) is validated and encoded
 by :class:`~services.ingest.bulk.BulkJobBuilder` (~5 us instead of ~70 us through pydantic,
@@ -35,6 +37,7 @@ from typing import Any
 from services.ingest.bulk import BulkJobBuilder, fast_job_ids
 from services.ingest.catch_up import AsyncCatchUp
 from services.ingest.client import KafkronClient
+from services.ingest.create_batches import CreateBatches, OnAnswer
 from services.ingest.creates import (
     PlannedCreate,
     SubmitReceipt,
@@ -87,16 +90,28 @@ class AsyncCreates:
         self._own.add_listener(self._catch_up.recheck)
         self._bulk = BulkJobBuilder(settings, codec)
         self._clock_us = clock_us
+        self._batches = CreateBatches(self.create_many)
 
     async def create(self, request: Any, idempotency_key: str | None) -> SubmitReceipt:
-        """One create, durable on return; raises what ``KafkronClient.submit`` raises."""
-        (outcome,) = await self.create_many([(request, idempotency_key)])
+        """One create, durable on return; raises what ``KafkronClient.submit`` raises.
+
+        Creates that arrive in the same event-loop turn share one :meth:`create_many`
+        (:mod:`services.ingest.create_batches`); each still gets its own answer.
+        """
+        outcome = await self._batches.create(request, idempotency_key)
         if isinstance(outcome, KafkronError):
             raise outcome
         return outcome
 
-    async def create_many(self, items: Sequence[tuple[Any, str | None]]) -> list[Outcome]:
-        """Every item's outcome, in order; all written records are durable on return."""
+    async def create_many(
+        self, items: Sequence[tuple[Any, str | None]], on_answer: OnAnswer | None = None
+    ) -> list[Outcome]:
+        """Every item's outcome, in order; all written records are durable on return.
+
+        ``on_answer(index, outcome)`` hears each outcome as soon as it is final: all but
+        the items waiting for another request's create of their job id right after the
+        writes, those when that create settles.
+        """
         outcomes: list[Outcome | None] = [None] * len(items)
         planned: list[PlannedCreate | None] = [None] * len(items)
         writes: list[tuple[int, bytes, bytes]] = []  # (index, key, value)
@@ -124,14 +139,21 @@ class AsyncCreates:
                 if not claim.settled.done():
                     stopped = claim.job_id in writers  # while writing (e.g. cancelled)
                     self._own.release(claim, _may_be_written() if stopped else None)
+        answers: list[Outcome | None] = [None] * len(items)
+        for index, (outcome, plan) in enumerate(zip(outcomes, planned, strict=True)):
+            if index not in waits:
+                answer = self._repeat_in_batch(outcome, plan, writers, planned, outcomes)
+                answers[index] = answer
+                if on_answer is not None:
+                    on_answer(index, answer)
         for index, claim in waits.items():
             plan = planned[index]
             assert plan is not None
-            outcomes[index] = await self._repeat_of_claim(claim, plan, items[index])
-        return [
-            self._repeat_in_batch(outcome, plan, writers, planned, outcomes)
-            for outcome, plan in zip(outcomes, planned, strict=True)
-        ]
+            answer = await self._repeat_of_claim(claim, plan, items[index])
+            answers[index] = answer
+            if on_answer is not None:
+                on_answer(index, answer)
+        return _all(answers)
 
     async def _decide_and_write(
         self,
@@ -327,6 +349,11 @@ class AsyncCreates:
             return replace(answer_repeat_of(first_plan, first, plan), created=False)
         except JobConflictError as exc:
             return exc
+
+
+def _all(answers: list[Outcome | None]) -> list[Outcome]:
+    assert all(answer is not None for answer in answers)
+    return answers  # type: ignore[return-value]
 
 
 def _bulk_shaped(request: Any) -> bool:

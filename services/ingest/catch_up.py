@@ -2,11 +2,15 @@
 
 A create with an Idempotency-Key (or an explicit job id) must know whether its job already
 exists, on any API instance. So it asks the broker for the end of the job's ``jobs``
-partition (ListOffsets) and waits until the status view has applied up to there. With many
-such creates at once, one ListOffsets request per round answers all of them: requests that
-arrive while a round is in flight join the next round (a round that started before a
-request arrived could miss a write that was acknowledged just before it, so it never
-answers that request). The wait itself is a future woken by the view's consumer thread.
+partition (ListOffsets, the high watermark: a record another process wrote above a
+transaction still open there counts too) and waits until the status view has applied up
+to there. With many
+such creates at once, one ListOffsets request per round answers all of them: requests join
+the next round, which starts in the next turn of the loop unless ``_MAX_ROUNDS_IN_FLIGHT``
+rounds are still in flight (a round that started before a request arrived could miss a
+write that was acknowledged just before it, so it never answers that request). Two rounds
+in flight instead of one cut the average wait from about 1.5 round trips to about one.
+The wait itself is a future woken by the view's consumer thread.
 
 A ``covered`` predicate may end the wait sooner: when every record the view has not read
 below the end is one this process wrote itself (:class:`~services.ingest.own_writes.OwnWrites`),
@@ -26,6 +30,7 @@ from services.ingest.exceptions import ViewNotReadyError
 from services.ingest.view import StatusView, TopicPartitionKey
 
 Offsets = dict[TopicPartitionKey, int]
+_MAX_ROUNDS_IN_FLIGHT = 2
 
 
 @dataclass
@@ -53,13 +58,14 @@ class AsyncCatchUp:
         self._covered = covered
         self._loop = asyncio.get_running_loop()
         self._next: _Round | None = None
-        self._in_flight: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._launch_scheduled = False
         self._waiters: list[tuple[Mapping[TopicPartitionKey, int], asyncio.Future[None]]] = []
         view.add_advance_listener(self._on_advance)
 
     async def caught_up(self, partitions: Collection[TopicPartitionKey], timeout_s: float) -> bool:
-        """True once the view applied everything committed to ``partitions`` when called;
-        False when ``timeout_s`` passed first."""
+        """True once the view applied everything acknowledged on ``partitions`` when called
+        (transactions open then must have ended); False when ``timeout_s`` passed first."""
         deadline = self._loop.time() + timeout_s
         round_ = self._join(partitions)
         try:
@@ -90,16 +96,21 @@ class AsyncCatchUp:
         if self._next is None:
             self._next = _Round(self._loop.create_future())
             self._next.future.add_done_callback(_retrieve)
-            if self._in_flight is None:
+            if len(self._in_flight) < _MAX_ROUNDS_IN_FLIGHT and not self._launch_scheduled:
+                self._launch_scheduled = True
                 self._loop.call_soon(self._launch)
         round_ = self._next
         round_.partitions.update(partitions)
         return round_.future
 
     def _launch(self) -> None:
+        self._launch_scheduled = False
+        if self._next is None or len(self._in_flight) >= _MAX_ROUNDS_IN_FLIGHT:
+            return  # launched when a round in flight ends
         round_, self._next = self._next, None
-        if round_ is not None and self._in_flight is None:
-            self._in_flight = self._loop.create_task(self._run(round_))
+        task = self._loop.create_task(self._run(round_))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
 
     async def _run(self, round_: _Round) -> None:
         try:
@@ -116,7 +127,7 @@ class AsyncCatchUp:
         else:
             round_.future.set_result(offsets)
         finally:
-            self._in_flight = None
+            self._in_flight.discard(asyncio.current_task())
             if self._next is not None:
                 self._launch()
 

@@ -15,6 +15,7 @@ import logging
 import multiprocessing
 import signal
 import socket
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 def run(settings: IngestSettings) -> None:
     """Serve the REST API with uvicorn until interrupted (in ``api_processes`` processes)."""
     if settings.api_processes == 1:
+        sys.setswitchinterval(settings.gil_switch_interval_s)
         uvicorn.Server(_config(settings)).run()
     else:
         _supervise(settings)
@@ -65,6 +67,7 @@ def _serve_process(settings_json: str, index: int) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((settings.http_host, settings.http_port))
+    sys.setswitchinterval(settings.gil_switch_interval_s)
     uvicorn.Server(_config(settings)).run(sockets=[sock])
 
 

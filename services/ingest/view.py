@@ -11,7 +11,6 @@ never stops on bad input.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
+from services.ingest.end_offsets import end_offsets
 from services.ingest.settings import IngestSettings
 from services.ingest.view_store import ViewBatch, ViewStore
 from streams.codec import Codec
@@ -38,11 +38,6 @@ from streams.exceptions import DecodeError, TopicLayoutError
 from streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 TopicPartitionKey = tuple[str, int]
@@ -219,14 +214,22 @@ class StatusView:
     def wait_until_caught_up(
         self, timeout_s: float, partitions: Collection[TopicPartitionKey] | None = None
     ) -> bool:
-        """Wait until the view has applied everything committed to its topics right now.
+        """Wait until the view has applied everything committed to its topics right now,
+        and on ``jobs`` everything acknowledged (its high watermark: a command another
+        process wrote above a transaction still open there counts, see
+        :meth:`latest_offsets_async`).
 
         ``partitions`` limits the wait to some partitions (e.g. the one of a job). Returns
         False when the deadline passed first.
         """
         deadline = time.monotonic() + timeout_s
         wanted = list(self._positions) if partitions is None else list(partitions)
-        targets = self._latest_offsets(wanted)
+        jobs = [tp for tp in wanted if tp[0] == self.jobs_topic]
+        others = [tp for tp in wanted if tp[0] != self.jobs_topic]
+        targets = {
+            **self._latest_offsets(jobs, IsolationLevel.READ_UNCOMMITTED),
+            **self._latest_offsets(others),
+        }
         return self.wait_for_offsets(targets, max(0.0, deadline - time.monotonic()))
 
     def position(self, tp: TopicPartitionKey) -> int:
@@ -251,45 +254,31 @@ class StatusView:
     async def latest_offsets_async(
         self, partitions: Collection[TopicPartitionKey]
     ) -> dict[TopicPartitionKey, int]:
-        """:meth:`latest_offsets` for an event loop, without a thread waiting on the answer:
-        the admin client's futures wake the loop. Retries in a thread (as
+        """The high watermark of each partition (one ListOffsets, the loop is never blocked:
+        :func:`~services.ingest.end_offsets.end_offsets`): every record acknowledged to
+        any writer lies below it, also one written above a transaction still open there
+        (the timer writes to ``jobs`` in transactions), where the last stable offset stops.
+        The view reaches it once such transactions end. Retries in a thread (as
         :meth:`latest_offsets` does) when the broker answers a retriable error."""
         if not partitions:
             return {}
         assert self._admin is not None
-        loop = asyncio.get_running_loop()
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        futures = self._admin.list_offsets(
-            {TopicPartition(t, p): latest for t, p in partitions},
-            isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=_ADMIN_TIMEOUT_S,
-        )
-        answered: asyncio.Future[None] = loop.create_future()
-        lock, left = threading.Lock(), [len(futures)]
-
-        def on_done(_: object) -> None:  # the admin client's thread, or this one
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                with contextlib.suppress(RuntimeError):  # the loop is closed
-                    loop.call_soon_threadsafe(_resolve, answered)
-
-        for future in futures.values():
-            future.add_done_callback(on_done)
-        await answered
+        uncommitted = IsolationLevel.READ_UNCOMMITTED
         try:
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            return await end_offsets(self._admin, partitions, _ADMIN_TIMEOUT_S, uncommitted)
         except KafkaException:
-            return await asyncio.to_thread(self._latest_offsets, partitions)
+            return await asyncio.to_thread(self._latest_offsets, partitions, uncommitted)
 
     def _reached(self, targets: Mapping[TopicPartitionKey, int]) -> bool:
         return all(self._positions.get(tp, 0) >= end for tp, end in targets.items())
 
     def _latest_offsets(
-        self, partitions: Collection[TopicPartitionKey]
+        self,
+        partitions: Collection[TopicPartitionKey],
+        isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
     ) -> dict[TopicPartitionKey, int]:
-        """The last stable offset of each partition (what read_committed can read up to).
+        """The last stable offset of each partition (what read_committed can read up to),
+        or with ``READ_UNCOMMITTED`` its high watermark.
 
         Retries retriable errors (a new topic's leader is still being elected) for a while.
         """
@@ -302,7 +291,7 @@ class StatusView:
         while True:
             futures = self._admin.list_offsets(
                 request,
-                isolation_level=IsolationLevel.READ_COMMITTED,
+                isolation_level=isolation,
                 request_timeout=_ADMIN_TIMEOUT_S,
             )
             try:

@@ -11,17 +11,23 @@ answers from the record on Kafka.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from anyio.from_thread import start_blocking_portal
+from confluent_kafka import Producer
 
 from services.ingest.async_creates import AsyncCreates
 from services.ingest.client import KafkronClient
 from services.ingest.commands import job_id_for_key
-from services.ingest.exceptions import JobConflictError
+from services.ingest.creates import encode_create, plan_create
+from services.ingest.exceptions import JobConflictError, JobRequestError
+from services.ingest.producer import partition_for_key
 from services.ingest.settings import IngestSettings
+from streams.codec import Codec
 from streams.exceptions import KafkaDeliveryError
 from tests.services.ingest.conftest import read_topic
 from tests.services.ingest.test_ingest_api import Http, create, one_off
@@ -220,3 +226,112 @@ def test_a_create_stopped_while_writing_releases_its_claim(
             http.stop()
     assert released
     assert isinstance(error, KafkaDeliveryError) and error.retryable, error
+
+
+def test_creates_of_one_loop_turn_answer_like_separate_requests(
+    ingest_settings: IngestSettings,
+) -> None:
+    """Single creates started together share one create_many (create_batches); each still
+    answers as it would alone: one record per key, the repeat the first answer, another
+    body 409, a bad request 422, an unkeyed create its own job."""
+    body_a, body_b = one_off(payload={"v": "a"}), one_off(payload={"v": "b"})
+    requests: list[tuple[dict[str, Any], str | None]] = [
+        (body_a, "turn-1"),
+        (body_a, "turn-1"),
+        (body_b, "turn-1"),
+        (body_a, "turn-2"),
+        (body_a, None),
+        ({"run_at": "not a time"}, "turn-bad"),
+    ]
+
+    async def scenario(creates: AsyncCreates) -> list[Any]:
+        return await asyncio.gather(
+            *(creates.create(body, key) for body, key in requests), return_exceptions=True
+        )
+
+    with start_blocking_portal() as portal:
+        http = start_http(ingest_settings, portal)
+        try:
+            answers = portal.call(scenario, http.app.state.creates)
+            again = create(http, body_a, key="turn-1")  # later, through HTTP
+        finally:
+            http.stop()
+    first, repeat, conflict, other_key, unkeyed, bad = answers
+    assert first.created and first.job_id == job_id_for_key("default", "turn-1")
+    assert not repeat.created
+    assert (repeat.job_id, repeat.next_run_at_ms) == (first.job_id, first.next_run_at_ms)
+    assert isinstance(conflict, JobConflictError) and "turn-1" in str(conflict)
+    assert other_key.created and other_key.job_id == job_id_for_key("default", "turn-2")
+    assert unkeyed.created and unkeyed.job_id not in (first.job_id, other_key.job_id)
+    assert isinstance(bad, JobRequestError)
+    assert again.status_code == 200 and again.json()["job_id"] == first.job_id
+    for job_id in (first.job_id, other_key.job_id, unkeyed.job_id):
+        assert records_of(ingest_settings, job_id) == 1
+
+
+def write_above_an_open_transaction(
+    settings: IngestSettings, body: dict[str, Any], key: str
+) -> tuple[str, Producer]:
+    """Open a transaction on the key's ``jobs`` partition (as the timer does), then write
+    the keyed create's record above it with a plain producer (another process, e.g. a Java
+    producer of job commands: it does not wait for the transaction). Returns the job id and
+    the transactional producer, whose transaction is still open."""
+    job_id = job_id_for_key("default", key)
+    jobs = f"{settings.kafka.namespace}jobs"
+    partition = partition_for_key(job_id.encode(), settings.kafka.partitions)
+    txn = Producer(settings.kafka.client_config(**{"transactional.id": f"t-{job_id}"}))
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.produce(jobs, None, b"some-other-job", partition=partition)  # a tombstone
+    assert txn.flush(10) == 0
+    value, receipt = encode_create(
+        plan_create(body, key), settings, Codec.from_directory(), time.time_ns() // 1000
+    )
+    assert receipt.job_id == job_id
+    plain = Producer(settings.kafka.client_config(acks="all"))
+    plain.produce(jobs, value, job_id.encode(), partition=partition)
+    assert plain.flush(10) == 0
+    return job_id, txn
+
+
+def test_a_key_written_above_an_open_transaction_is_still_seen(
+    ingest_settings: IngestSettings,
+) -> None:
+    """The timer writes to ``jobs`` in transactions. A create written while one is open on
+    its partition lies above the last stable offset; a repeat with another body must still
+    see it: it waits for the transaction to end, then answers 409."""
+    body = one_off(payload={"txn": 1})
+    job_id, txn = write_above_an_open_transaction(ingest_settings, body, "above-txn")
+    with start_blocking_portal() as portal:
+        http = start_http(ingest_settings, portal)
+        try:
+            commit = threading.Timer(1.5, txn.commit_transaction)
+            commit.start()
+            started = time.monotonic()
+            conflict = create(http, {**body, "payload": {"txn": 2}}, key="above-txn")
+            waited_s = time.monotonic() - started
+            commit.join()
+            repeat = create(http, body, key="above-txn")
+        finally:
+            http.stop()
+    assert conflict.status_code == 409, conflict.text
+    assert waited_s > 0.5  # it waited for the transaction, not for its own round trip
+    assert repeat.status_code == 200 and repeat.json()["job_id"] == job_id
+    assert records_of(ingest_settings, job_id) == 1
+
+
+def test_the_client_library_also_sees_a_key_written_above_an_open_transaction(
+    ingest_settings: IngestSettings, tmp_path: Path
+) -> None:
+    """The same for ``KafkronClient.submit`` (its own view, the blocking catch-up)."""
+    body = one_off(payload={"txn": "client"})
+    job_id, txn = write_above_an_open_transaction(ingest_settings, body, "client-above-txn")
+    commit = threading.Timer(1.5, txn.commit_transaction)
+    commit.start()
+    try:
+        settings = ingest_settings.model_copy(update={"view_dir": tmp_path / "client"})
+        with KafkronClient(settings) as client, pytest.raises(JobConflictError):
+            client.submit({**body, "payload": {"txn": "other"}}, idempotency_key="client-above-txn")
+    finally:
+        commit.join()
+    assert records_of(ingest_settings, job_id) == 1

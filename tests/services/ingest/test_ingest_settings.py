@@ -40,3 +40,30 @@ def test_frozen_and_checked(tmp_path: Path) -> None:
         IngestSettings(default_retry=DefaultRetry(initial_backoff_s=10, max_backoff_s=5))
     with pytest.raises(ValidationError):
         IngestSettings(max_payload_bytes=-1)
+
+
+def test_the_api_process_runs_with_the_configured_gil_switch_interval(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``run`` sets the interval before serving (a fake server records what it saw)."""
+    import sys
+
+    import uvicorn
+
+    from services.ingest import main
+
+    seen: list[float] = []
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda self, **_: seen.append(sys.getswitchinterval())
+    )
+    monkeypatch.setattr(main, "_config", lambda settings: uvicorn.Config(app=None))
+    before = sys.getswitchinterval()
+    try:
+        monkeypatch.setenv("KAFKRON_INGEST_GIL_SWITCH_INTERVAL_S", "0.002")
+        main.run(IngestSettings(kafka=KafkaSettings(state_dir=tmp_path)))
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(0.002)]
+    assert IngestSettings(kafka=KafkaSettings(state_dir=tmp_path)).gil_switch_interval_s == 0.002
+    with pytest.raises(ValidationError):
+        IngestSettings(gil_switch_interval_s=0)
