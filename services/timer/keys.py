@@ -13,6 +13,7 @@ unsigned big-endian order is the numeric order.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 SCHEDULE = ord("S")
@@ -24,11 +25,17 @@ _WITH_TICK = frozenset({MANUAL, RETRY})
 _KINDS = frozenset({SCHEDULE, MANUAL, RETRY, TOMBSTONE})
 _TIME_LEN = 8
 _MAX_MS = 2**64 - 1
+_PACK_U64 = struct.Struct(">Q").pack
 
 
 def pack_ms(epoch_ms: int) -> bytes:
     """``epoch_ms`` as 8 big-endian bytes, clamped to the unsigned range."""
-    return min(max(epoch_ms, 0), _MAX_MS).to_bytes(_TIME_LEN, "big")
+    try:
+        # One C call (~0.13 us) instead of min, max and to_bytes (~0.37 us): a finished
+        # one-off packs a time three or four times.
+        return _PACK_U64(epoch_ms)
+    except struct.error:
+        return _PACK_U64(min(max(epoch_ms, 0), _MAX_MS))
 
 
 def due_bound(now_ms: int) -> bytes:

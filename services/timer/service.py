@@ -60,6 +60,7 @@ class TimerHooks:
         A subclass that overrides :meth:`on_record` (to observe each record) keeps being
         called per record.
         """
+        self.pacer.note_inputs(len(records))
         if type(self).on_record is not TimerHooks.on_record:
             for record in records:
                 self.on_record(
@@ -73,15 +74,17 @@ class TimerHooks:
     def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:
         """Fire the partition's due entries, oldest first, at most one batch; ask for a commit.
 
-        With nothing due, collect fired entries as the pacer allows (see ``pacing.py``).
+        With nothing due, collect fired entries as the pacer allows (see ``pacing.py``), at a
+        trickle while inputs wait (a herd's results).
         """
         scope = self._scope(ctx, now_ms)
         emitted = drain_due(scope, self.env.batch_size, collect=False)
         commit_within_ms = self.pacer.commit_within_ms(partition, emitted)
         if commit_within_ms is not None:
             ctx.request_commit(commit_within_ms)
+        busy = self.pacer.busy(partition)
         if not emitted:
-            limit = self.pacer.collect_limit(now_ms)
+            limit = self.pacer.collect_limit(now_ms, busy)
             if limit > 0:
                 start = self.pacer.collect_start(partition, now_ms)
                 count, resume = collect_fired(scope, limit, start)
@@ -131,6 +134,7 @@ def build_processor(settings: TimerSettings, env: TimerEnv | None = None) -> Pro
                 settings.batch_size,
                 settings.backlog_commit_interval_ms,
                 settings.collect_per_s,
+                busy_inputs=settings.consume_batch_size,
             ),
         ),
         options,

@@ -54,7 +54,8 @@ class TimerSettings(BaseSettings):
     # grow for up to this long: fewer, larger transactions cost the broker far less per fire.
     backlog_commit_interval_ms: int = Field(default=250, ge=0)
     # Fired one-off entries are deleted (a changelog tombstone each) in idle punctuations
-    # at up to this many per second, so that collecting after a herd never crowds out fires.
+    # at up to this many per second, so that collecting after a herd never crowds out fires
+    # (a tenth of it while inputs wait: ``pacing.py``).
     collect_per_s: int = Field(default=20_000, ge=1)
     # Compression of everything the timer produces (librdkafka compression.type).
     compression_type: str = "lz4"

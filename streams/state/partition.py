@@ -92,6 +92,12 @@ class PartitionStore:
         self._meta_handle: ColumnFamily | None = self._db.get_column_family_handle(
             META_COLUMN_FAMILY
         )
+        # [from, until) holds no key (until None: nothing from ``from`` on), as of the last
+        # write. A scan that found nothing learns the next key after it, so that the next
+        # scans inside that gap need no RocksDB iterator: a timer's due scan every
+        # punctuation while nothing is due (each seek steps through every level and the
+        # deletion markers of the fired entries collected; ~4% of the timer's CPU at 1M).
+        self._gap: tuple[bytes, bytes | None] | None = None
 
     @property
     def closed(self) -> bool:
@@ -117,8 +123,19 @@ class PartitionStore:
         """Up to ``limit`` committed items with ``start <= key < end``, in key order."""
         if limit <= 0:
             return []
+        gap = self._gap
+        if gap is not None and gap[0] <= start and (gap[1] is None or end <= gap[1]):
+            return []
+        found = self._scan(start, end, limit)
+        if not found and start < end:
+            following = self._scan(end, None, 1)
+            self._gap = (start, following[0][0] if following else None)
+        return found
+
+    def _scan(self, start: bytes, end: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
         read_options = ReadOptions()
-        read_options.set_iterate_upper_bound(end)
+        if end is not None:
+            read_options.set_iterate_upper_bound(end)
         # One call per item (items()) instead of four (valid, key, value, next): ~2x faster.
         items = cast(
             "Iterable[tuple[bytes, bytes]]",
@@ -147,6 +164,7 @@ class PartitionStore:
                 f"{changelog_offset} is not after the stored {stored}. Delete the folder to "
                 "restore the partition from its changelog."
             )
+        self._gap = None
         batch = WriteBatch(raw_mode=True)
         for key, value in updates.items():
             if value is None:
@@ -175,6 +193,7 @@ class PartitionStore:
         self._meta = None
         self._meta_handle = None
         db, self._db = self._db, None
+        self._gap = None
         db.close()
 
     def _data_db(self) -> Rdict:

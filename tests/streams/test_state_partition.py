@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from streams.state.exceptions import ChangelogOffsetRegressionError, StoreClosedError, StoreError
 from streams.state.partition import PartitionStore
@@ -167,5 +171,80 @@ def test_a_crash_during_unlogged_writes_keeps_every_record_up_to_the_stored_offs
             prefix = b"%06d-" % batch
             items = partition.scan(prefix, prefix + b"\xff", 1_000)
             assert len(items) == 500, f"batch {batch} <= stored offset {stored} is missing"
+    finally:
+        store.close()
+
+
+# Scans between writes: an empty scan remembers the gap up to the next key, and a write
+# forgets it, so every scan must still see exactly what is stored.
+_keys = st.builds(bytes, st.lists(st.integers(min_value=0, max_value=3), max_size=3))
+_scan = st.tuples(st.just("scan"), _keys, _keys, st.integers(min_value=0, max_value=5))
+_write = st.tuples(
+    st.just("write"),
+    st.dictionaries(_keys, st.one_of(st.none(), st.binary(max_size=2)), max_size=4),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@example(  # an empty scan, then a write into the gap it learned
+    steps=[
+        ("scan", b"\x01", b"\x02", 3),
+        ("write", {b"\x01\x05": b"x"}),
+        ("scan", b"\x01", b"\x02", 3),
+    ]
+)
+@given(steps=st.lists(st.one_of(_scan, _write), max_size=40))
+def test_scans_between_writes_match_a_dict_model(
+    steps: list[tuple[str, bytes, bytes, int] | tuple[str, dict[bytes, bytes | None]]],
+) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="partition-gaps-"))
+    store = open_store(folder)
+    try:
+        model: dict[bytes, bytes] = {}
+        offset = 0
+        for step in steps:
+            if step[0] == "write":
+                updates = step[1]
+                assert isinstance(updates, dict)
+                offset += 1
+                store.write(updates, offset)
+                for key, value in updates.items():
+                    if value is None:
+                        model.pop(key, None)
+                    else:
+                        model[key] = value
+            else:
+                _, start, end, limit = step
+                assert isinstance(start, bytes) and isinstance(end, bytes)
+                assert isinstance(limit, int)
+                expected = sorted((k, v) for k, v in model.items() if start <= k < end)[:limit]
+                assert store.scan(start, end, limit) == expected
+    finally:
+        store.close()
+        shutil.rmtree(folder)
+
+
+def test_an_empty_scan_spares_the_next_scans_of_its_gap_until_a_write(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    iterators: list[tuple[bytes, bytes | None]] = []
+    rocksdb_scan = store._scan
+
+    def counting_scan(start: bytes, end: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
+        iterators.append((start, end))
+        return rocksdb_scan(start, end, limit)
+
+    store._scan = counting_scan  # type: ignore[method-assign]
+    try:
+        store.write({b"a": b"1", b"m": b"2"}, 1)
+        assert store.scan(b"b", b"c", 10) == []
+        assert iterators == [(b"b", b"c"), (b"c", None)]  # the gap reaches the next key
+        assert store.scan(b"c", b"m", 10) == []  # inside the gap: no iterator
+        assert store.scan(b"b", b"n", 10) == [(b"m", b"2")]  # past it
+        assert len(iterators) == 3
+        store.write({b"d": b"3"}, 2)  # a write forgets the gap
+        assert store.scan(b"c", b"e", 10) == [(b"d", b"3")]
+        store.close()
+        with pytest.raises(StoreClosedError):
+            store.scan(b"c", b"m", 10)
     finally:
         store.close()

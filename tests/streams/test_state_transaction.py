@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -182,3 +183,113 @@ def test_iter_range_matches_a_dict_model(
     finally:
         partition.close()
         shutil.rmtree(folder)
+
+
+# Interleaved writes and range scans: a scan sorts the keys written since the previous one
+# into those already in order, so later writes (new keys, rewrites, deletes of keys already
+# written) must show in every later scan.
+scan = st.tuples(st.just("scan"), keys, keys, st.integers(min_value=0, max_value=12))
+write = st.tuples(st.just("write"), keys, st.one_of(st.none(), st.binary(max_size=4)))
+
+
+@settings(max_examples=200, deadline=None)
+@example(
+    stored={b"\x01": b"x"},
+    steps=[("scan", b"", b"\x03", 5), ("write", b"\x00", None), ("scan", b"", b"\x03", 5)],
+)
+@example(  # a key written after a scan sorts between keys of the earlier sorted run
+    stored={},
+    steps=[
+        *[("write", key, b"v") for key in (b"\x00", b"\x02", b"\x03", b"\x03\x00", b"\x03\x01")],
+        ("scan", b"", b"\x04", 12),
+        ("write", b"\x01", b"w"),
+        ("scan", b"", b"\x04", 12),
+    ],
+)
+@given(
+    stored=st.dictionaries(keys, st.binary(max_size=4), max_size=30),
+    steps=st.lists(st.one_of(scan, write), max_size=60),
+)
+def test_interleaved_writes_and_scans_match_a_dict_model(
+    stored: dict[bytes, bytes],
+    steps: list[tuple[str, bytes, bytes | None] | tuple[str, bytes, bytes, int]],
+) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="txn-interleaved-"))
+    partition = PartitionStore(folder / "0", 0, CHANGELOG)
+    try:
+        partition.write(dict(stored), 0)
+        txn: StoreTransaction = partition.begin()
+        model = dict(stored)
+        for step in steps:
+            if step[0] == "write":
+                _, key, value = step
+                if value is None:
+                    txn.delete(key)
+                    model.pop(key, None)
+                else:
+                    txn.set(key, value)
+                    model[key] = value
+            else:
+                _, start, end, limit = step
+                expected = sorted((k, v) for k, v in model.items() if start <= k < end)[:limit]
+                assert txn.iter_range(start, end, limit) == expected
+        for key in set(model) | set(stored):
+            assert txn.get(key) == model.get(key)
+    finally:
+        partition.close()
+        shutil.rmtree(folder)
+
+
+def test_discard_releases_the_sorted_keys(store: PartitionStore) -> None:
+    txn = store.begin()
+    txn.delete(b"b")
+    txn.set(b"c", b"C")
+    assert txn.iter_range(b"", b"z", 10) == [(b"c", b"C")]
+    txn.set(b"a", b"A")
+    txn.discard()
+    assert (txn._runs, txn._new_keys) == ([], [])  # a backlog's keys are not kept
+
+
+def test_many_scans_between_many_writes_match_a_dict_model(store: PartitionStore) -> None:
+    """Thousands of keys, so that sorted runs of many sizes form and merge."""
+    rng = random.Random(4)
+    stored = {rng.randbytes(3): b"s" for _ in range(500)}
+    store.write(stored, 0)
+    txn = store.begin()
+    model = dict(stored)
+    for step in range(3000):
+        key = rng.randbytes(rng.choice((2, 3)))
+        if rng.random() < 0.3:
+            txn.delete(key)
+            model.pop(key, None)
+        else:
+            txn.set(key, b"%d" % step)
+            model[key] = b"%d" % step
+        if step % rng.choice((1, 7, 50)) == 0:
+            start, end = sorted((rng.randbytes(2), rng.randbytes(2)))
+            limit = rng.choice((1, 10, 1000))
+            expected = sorted((k, v) for k, v in model.items() if start <= k < end)[:limit]
+            assert txn.iter_range(start, end, limit) == expected
+    assert txn.iter_range(b"", b"\xff" * 4, 10_000) == sorted(model.items())
+
+
+def test_a_key_read_twice_is_read_from_the_store_once(store: PartitionStore) -> None:
+    store.write({b"a": b"1"}, 0)
+    txn = store.begin()
+    reads: list[bytes] = []
+    stored_get = store.get
+
+    def counting_get(key: bytes) -> bytes | None:
+        reads.append(key)
+        return stored_get(key)
+
+    store.get = counting_get  # type: ignore[method-assign]
+    assert [txn.get(b"a"), txn.get(b"a"), txn.get(b"b"), txn.get(b"b")] == [b"1", b"1", None, None]
+    assert reads == [b"a", b"b"]
+    txn.set(b"a", b"2")  # a write after a read: the write wins
+    txn.delete(b"b")
+    assert (txn.get(b"a"), txn.get(b"b")) == (b"2", None)
+    txn.prepare(FakeChangelog())
+    txn.flush(1)
+    later = store.begin()  # a later transaction reads what the earlier one wrote
+    assert (later.get(b"a"), later.get(b"b")) == (b"2", None)

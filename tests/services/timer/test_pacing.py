@@ -100,3 +100,25 @@ def test_collect_fired_deletes_below_the_watermark_from_start_and_says_where_to_
     assert collect_fired(scope, 50, resume) == (0, resume)
     assert timer.wheel.iter_range(b"", watermark(scope), 100) == []
     assert timer.wheel.get(WATERMARK_KEY) is None  # the watermark lives in the jobs store
+
+
+def test_collection_slows_to_a_trickle_while_inputs_wait() -> None:
+    pacer = DrainPacer(1_000, 250, collect_per_s=1_000, busy_inputs=50)
+    assert not pacer.busy(0)  # the first check: nothing to compare with
+    pacer.collected(pacer.collect_limit(T0))
+    pacer.note_inputs(30)
+    assert not pacer.busy(0)  # fewer than a consume batch since the last check
+    pacer.note_inputs(20)
+    pacer.note_inputs(40)
+    assert pacer.busy(0)
+    assert not pacer.busy(0)  # nothing new since
+    assert not pacer.busy(1)  # per partition: its first check
+    pacer.note_inputs(60)
+    assert pacer.busy(1) and pacer.busy(0)
+    assert pacer.collect_limit(T0 + 100, busy=True) == 10  # a tenth of 1,000/s for 100 ms
+    assert pacer.collect_limit(T0 + 200, busy=False) == 110  # 10 unspent, the full rate again
+    never = DrainPacer(100, 250, collect_per_s=1_000)
+    never.note_inputs(10_000)
+    never.busy(0)
+    never.note_inputs(10_000)
+    assert not never.busy(0)  # no threshold: never busy

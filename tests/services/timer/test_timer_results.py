@@ -279,3 +279,46 @@ def _no_job_decoding(env: Any) -> Any:
 
     fields = {name: getattr(env, name) for name in env.__dataclass_fields__}
     return NoDecode(**fields)
+
+
+# An executor run that ends without waiting publishes only its final result: no STARTED.
+
+
+def _fast_one_off_finished(with_started: bool) -> Timer:
+    timer = Timer(one_off_retention_ms=60_000)
+    timer.submit(one_off("n", T0 + 1_000), T0)
+    timer.punctuate(T0 + 1_000)  # a fast fire: the stored state still says "pending"
+    if with_started:
+        timer.result("n", T0 + 1_000, "STARTED", T0 + 1_100)
+    timer.result("n", T0 + 1_000, "SUCCEEDED", T0 + 1_200)
+    return timer
+
+
+def test_a_final_result_without_started_finishes_a_one_off_as_with_it() -> None:
+    alone, after_started = _fast_one_off_finished(False), _fast_one_off_finished(True)
+    assert alone.jobs.data == after_started.jobs.data
+    assert alone.wheel.data == after_started.wheel.data
+    state = load_state(alone.scope(T0 + 1_300), b"n")
+    assert state is not None and state.completed and state.running == []
+    assert state.tombstone_fire_ms == T0 + 1_200 + 60_000
+    alone.run(T0 + 2_000, T0 + 61_000, 1_000)
+    assert [o for o in alone.out if o[0] == "k.jobs"] == []
+    alone.punctuate(T0 + 61_200)
+    assert alone.out[-1] == ("k.jobs", b"n", None)  # deleted after the retention
+    assert len(alone.dues()) == 1
+
+
+def test_a_final_result_without_started_ends_the_run_of_a_cron_job() -> None:
+    """Overlap SKIP: the next tick fires once the run that never said STARTED ended."""
+    timer = Timer()
+    timer.submit(cron_job("o", "*/10 * * * * *", T_MIN - 1, overlap="SKIP"), T_MIN - 1)
+    timer.punctuate(T_MIN)
+    timer.punctuate(T_MIN + 10_000)  # still in flight: skipped
+    timer.result("o", T_MIN, "SUCCEEDED", T_MIN + 15_000)
+    state = load_state(timer.scope(T_MIN + 15_000), b"o")
+    assert state is not None and state.running == [] and not state.completed
+    timer.punctuate(T_MIN + 20_000)
+    assert [d["scheduled_for_ms"] for d in timer.dues()] == [T_MIN, T_MIN + 20_000]
+    assert [(r["scheduled_for_ms"], r["status"]) for r in timer.results()] == [
+        (T_MIN + 10_000, "SKIPPED")
+    ]

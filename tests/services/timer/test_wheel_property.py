@@ -9,6 +9,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.timer import keys
 from streams.records import Job
 from tests.services.timer.test_timer_logic import T0, Timer, bump, one_off
 
@@ -65,3 +66,10 @@ def test_every_fire_happens_once_and_never_early(
     outcomes += Counter((r["job_id"], r["scheduled_for_ms"]) for r in timer.results())
     assert outcomes == expected
     assert all(d["emitted_at_ms"] >= d["fire_at_ms"] for d in timer.dues())
+
+
+@given(st.lists(st.integers(min_value=-(2**65), max_value=2**66), min_size=1, max_size=20))
+def test_packed_times_keep_their_order_clamped_to_the_unsigned_range(times: list[int]) -> None:
+    clamped = [min(max(t, 0), 2**64 - 1) for t in times]
+    assert [keys.pack_ms(t) for t in times] == [t.to_bytes(8, "big") for t in clamped]
+    assert sorted(keys.pack_ms(t) for t in times) == [keys.pack_ms(t) for t in sorted(times)]
