@@ -40,6 +40,7 @@ from typing import Any, Self
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bench.ab import alternating
 from bench.committed import StableOffsetWatch, first_time_past
 from bench.pipe import measure_pipe
 from streams.admin import ensure_topics
@@ -641,11 +642,10 @@ def main() -> None:
         roots.append(replace(options, timer_root=args.baseline_root.resolve(), label="baseline "))
     pipe = measure_pipe(args.bootstrap, args.jobs)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
-    for run in range(args.repeat):
-        for run_options in roots if run % 2 == 0 else roots[::-1]:
-            which = run_options.label or "this tree"
-            print(f"--- run {run + 1}/{args.repeat}: {which}", flush=True)
-            run_herd(args.bootstrap, args.jobs, run_options, pipe.produce_per_s)
+    for run, run_options in alternating(roots, args.repeat):
+        which = run_options.label or "this tree"
+        print(f"--- run {run + 1}/{args.repeat}: {which}", flush=True)
+        run_herd(args.bootstrap, args.jobs, run_options, pipe.produce_per_s)
 
 
 if __name__ == "__main__":

@@ -179,20 +179,21 @@ def main() -> None:
     roots = [("this tree", here)]
     if args.baseline_root is not None:
         roots.append(("baseline", args.baseline_root.resolve()))
-    for run in range(args.repeat):
-        for label, root in roots if run % 2 == 0 else roots[::-1]:
-            # This file runs with the other tree first on the path: it need not have it.
-            command = [sys.executable, str(Path(__file__).resolve()), "--child"]
-            env = {**os.environ, "PYTHONPATH": str(root)}
-            done = subprocess.run(
-                command + _pattern_args(args),
-                cwd=root,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            print(f"run {run + 1} {label:9}: {done.stdout.strip()}")
+    from bench.ab import alternating  # here: a child runs with the other tree's bench
+
+    for run, (label, root) in alternating(roots, args.repeat):
+        # This file runs with the other tree first on the path: it need not have it.
+        command = [sys.executable, str(Path(__file__).resolve()), "--child"]
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        done = subprocess.run(
+            command + _pattern_args(args),
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        print(f"run {run + 1} {label:9}: {done.stdout.strip()}")
 
 
 if __name__ == "__main__":

@@ -124,9 +124,10 @@ def main() -> None:
     roots = [("this tree", here)]
     if args.baseline_root is not None:
         roots.append(("baseline", args.baseline_root.resolve()))
-    for run in range(args.repeat):
-        for label, root in roots if run % 2 == 0 else roots[::-1]:
-            print(f"run {run + 1} {label:9}: {_run_child(root, args)}")
+    from bench.ab import alternating  # here: a child runs with the other tree's bench
+
+    for run, (label, root) in alternating(roots, args.repeat):
+        print(f"run {run + 1} {label:9}: {_run_child(root, args)}")
 
 
 if __name__ == "__main__":

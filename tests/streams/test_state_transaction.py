@@ -6,6 +6,7 @@ import random
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,20 @@ from streams.state.partition import PartitionStore
 from streams.state.transaction import StoreTransaction, TransactionStatus
 
 CHANGELOG = "ns.changelog.g.wheel"
+
+
+@contextmanager
+def begun_on(stored: dict[bytes, bytes]) -> Iterator[StoreTransaction]:
+    """A transaction on a fresh on-disk partition holding ``stored`` (hypothesis tests cannot
+    take the function-scoped ``store`` fixture); the partition is removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="txn-model-"))
+    partition = PartitionStore(folder / "0", 0, CHANGELOG)
+    try:
+        partition.write(dict(stored), 0)
+        yield partition.begin()
+    finally:
+        partition.close()
+        shutil.rmtree(folder)
 
 
 class FakeChangelog:
@@ -163,11 +178,7 @@ def test_iter_range_matches_a_dict_model(
     end: bytes,
     limit: int,
 ) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="txn-model-"))
-    partition = PartitionStore(folder / "0", 0, CHANGELOG)
-    try:
-        partition.write(dict(stored), 0)
-        txn: StoreTransaction = partition.begin()
+    with begun_on(stored) as txn:
         model = dict(stored)
         for key, value in ops:
             if value is None:
@@ -180,9 +191,6 @@ def test_iter_range_matches_a_dict_model(
         assert txn.iter_range(start, end, limit) == expected
         for key in {k for k, _ in ops} | set(stored):
             assert txn.get(key) == model.get(key)
-    finally:
-        partition.close()
-        shutil.rmtree(folder)
 
 
 # Interleaved writes and range scans: a scan sorts the keys written since the previous one
@@ -214,11 +222,7 @@ def test_interleaved_writes_and_scans_match_a_dict_model(
     stored: dict[bytes, bytes],
     steps: list[tuple[str, bytes, bytes | None] | tuple[str, bytes, bytes, int]],
 ) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="txn-interleaved-"))
-    partition = PartitionStore(folder / "0", 0, CHANGELOG)
-    try:
-        partition.write(dict(stored), 0)
-        txn: StoreTransaction = partition.begin()
+    with begun_on(stored) as txn:
         model = dict(stored)
         for step in steps:
             if step[0] == "write":
@@ -235,9 +239,6 @@ def test_interleaved_writes_and_scans_match_a_dict_model(
                 assert txn.iter_range(start, end, limit) == expected
         for key in set(model) | set(stored):
             assert txn.get(key) == model.get(key)
-    finally:
-        partition.close()
-        shutil.rmtree(folder)
 
 
 def test_discard_releases_the_sorted_keys(store: PartitionStore) -> None:
