@@ -7,8 +7,9 @@
   run on :class:`Chains`: a plain call per record (:meth:`RecordRunner.start`), and an
   ``await`` only for a run that must wait, up to ``max_in_flight`` waiting at once; one
   sweep timer (:class:`Deadlines`) keeps their deadlines. Outputs go to the producer in
-  batches (every loop turn, and before every commit). A record read before its
-  ``fire_at_ms`` is held (:class:`Holds`, one timer) and goes back to its lane when due.
+  batches (each loop turn, but fewer than 100 wait up to 50 ms; before every commit). A record
+  read before its ``fire_at_ms`` is held (:class:`Holds`, one timer) and goes back to its
+  lane when due.
 - **Commit** every ``commit_interval_ms`` through :class:`Committer`: results, retries,
   dead letters, dedup changelog and positions (per partition the lowest unfinished offset)
   in one transaction.
@@ -166,7 +167,7 @@ class ExecutorLoop:
         restoring = self._assignment.step_restore()
         self._sync_pauses()
         spawned = self._chains.dispatch()
-        self._runs.flush_outputs()
+        self._runs.flush_due_outputs()
         self._producer.poll()
         if time.monotonic() - self._last_commit >= self._interval_s:
             self._commit()
