@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -174,26 +172,10 @@ def main() -> None:
     if args.child:
         print(f"results path {replay(args)['results_us']:.2f} us CPU per execution")
         return
-    here = Path(__file__).resolve().parent.parent
     print(f"{' '.join(_pattern_args(args))}, load {os.getloadavg()[0]:.1f}")
-    roots = [("this tree", here)]
-    if args.baseline_root is not None:
-        roots.append(("baseline", args.baseline_root.resolve()))
-    from bench.ab import alternating  # here: a child runs with the other tree's bench
+    from bench.ab import compare_trees  # here: a child runs with the other tree's bench
 
-    for run, (label, root) in alternating(roots, args.repeat):
-        # This file runs with the other tree first on the path: it need not have it.
-        command = [sys.executable, str(Path(__file__).resolve()), "--child"]
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        done = subprocess.run(
-            command + _pattern_args(args),
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        print(f"run {run + 1} {label:9}: {done.stdout.strip()}")
+    compare_trees(Path(__file__), _pattern_args(args), args.baseline_root, args.repeat)
 
 
 if __name__ == "__main__":

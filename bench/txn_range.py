@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -86,15 +84,6 @@ class _NullChangelog:
         pass
 
 
-def _run_child(root: Path, args: argparse.Namespace) -> str:
-    # This file runs in the child with the other tree first on the path: the baseline tree
-    # need not have it.
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", *_pattern_args(args)]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
 def _pattern_args(args: argparse.Namespace) -> list[str]:
     return [
         f"--punctuations={args.punctuations}",
@@ -119,15 +108,10 @@ def main() -> None:
         scan_us, punctuation_us = figures["scan_us"], figures["punctuation_us"]
         print(f"due scan {scan_us:.1f} us, punctuation {punctuation_us:.1f} us")
         return
-    here = Path(__file__).resolve().parent.parent
     print(f"pattern: {' '.join(_pattern_args(args))}, load {os.getloadavg()[0]:.1f}")
-    roots = [("this tree", here)]
-    if args.baseline_root is not None:
-        roots.append(("baseline", args.baseline_root.resolve()))
-    from bench.ab import alternating  # here: a child runs with the other tree's bench
+    from bench.ab import compare_trees  # here: a child runs with the other tree's bench
 
-    for run, (label, root) in alternating(roots, args.repeat):
-        print(f"run {run + 1} {label:9}: {_run_child(root, args)}")
+    compare_trees(Path(__file__), _pattern_args(args), args.baseline_root, args.repeat)
 
 
 if __name__ == "__main__":
