@@ -1,13 +1,18 @@
-"""Codecs for the tests of readers that serve only records needing no schema resolution."""
+"""Test kit for the exact readers (``JobReader``, ``ResultReader``): codecs that need schema
+resolution, and the check that a reader refuses bytes as the codec does."""
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from schemas import SCHEMA_DIR
 from streams.codec import Codec, RecordKind
+from streams.exceptions import DecodeError
 
 
 def _shipped(kind: RecordKind) -> dict[str, Any]:
@@ -23,3 +28,14 @@ def codec_resolving(kind: RecordKind) -> Codec:
     schemas = {other: {1: _shipped(other)} for other in RecordKind}
     schemas[kind] = {1: _shipped(kind), 2: newer}
     return Codec(schemas, writer_versions={kind: 1})
+
+
+def assert_refused_as_the_codec_refuses(
+    codec: Codec, kind: RecordKind, read: Callable[[bytes], object], data: bytes
+) -> None:
+    """``read(data)`` raises the DecodeError ``codec.decode`` raises, with the same message."""
+    with pytest.raises(DecodeError) as expected:
+        codec.decode(kind, data)
+    with pytest.raises(DecodeError) as raised:
+        read(data)
+    assert str(raised.value) == str(expected.value)

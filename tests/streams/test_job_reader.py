@@ -12,7 +12,7 @@ from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.job_reader import JobReader
 from streams.records import Job
-from tests.streams.codec_testkit import codec_resolving
+from tests.streams.codec_testkit import assert_refused_as_the_codec_refuses, codec_resolving
 
 CODEC = Codec.from_directory()
 READER = JobReader(CODEC)
@@ -137,11 +137,7 @@ def test_decoded_records_share_no_containers() -> None:
 )
 def test_garbage_raises_the_codec_decode_error(mangle: Any) -> None:
     data = mangle(CODEC.encode(RecordKind.JOB, _one_off()))
-    with pytest.raises(DecodeError) as expected:
-        CODEC.decode(RecordKind.JOB, data)
-    with pytest.raises(DecodeError) as raised:
-        READER.decode(data)
-    assert str(raised.value) == str(expected.value)
+    assert_refused_as_the_codec_refuses(CODEC, RecordKind.JOB, READER.decode, data)
 
 
 @pytest.mark.parametrize(

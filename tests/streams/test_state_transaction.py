@@ -20,6 +20,25 @@ from streams.state.transaction import StoreTransaction, TransactionStatus
 CHANGELOG = "ns.changelog.g.wheel"
 
 
+def _write(
+    txn: StoreTransaction, model: dict[bytes, bytes], key: bytes, value: bytes | None
+) -> None:
+    """Set (or, for None, delete) ``key`` in the transaction and in its dict model."""
+    if value is None:
+        txn.delete(key)
+        model.pop(key, None)
+    else:
+        txn.set(key, value)
+        model[key] = value
+
+
+def _model_range(
+    model: dict[bytes, bytes], start: bytes, end: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    """What ``iter_range`` must answer: the model's items in [start, end), in order."""
+    return sorted((k, v) for k, v in model.items() if start <= k < end)[:limit]
+
+
 @contextmanager
 def begun_on(stored: dict[bytes, bytes]) -> Iterator[StoreTransaction]:
     """A transaction on a fresh on-disk partition holding ``stored`` (hypothesis tests cannot
@@ -181,14 +200,8 @@ def test_iter_range_matches_a_dict_model(
     with begun_on(stored) as txn:
         model = dict(stored)
         for key, value in ops:
-            if value is None:
-                txn.delete(key)
-                model.pop(key, None)
-            else:
-                txn.set(key, value)
-                model[key] = value
-        expected = sorted((k, v) for k, v in model.items() if start <= k < end)[:limit]
-        assert txn.iter_range(start, end, limit) == expected
+            _write(txn, model, key, value)
+        assert txn.iter_range(start, end, limit) == _model_range(model, start, end, limit)
         for key in {k for k, _ in ops} | set(stored):
             assert txn.get(key) == model.get(key)
 
@@ -227,16 +240,10 @@ def test_interleaved_writes_and_scans_match_a_dict_model(
         for step in steps:
             if step[0] == "write":
                 _, key, value = step
-                if value is None:
-                    txn.delete(key)
-                    model.pop(key, None)
-                else:
-                    txn.set(key, value)
-                    model[key] = value
+                _write(txn, model, key, value)
             else:
                 _, start, end, limit = step
-                expected = sorted((k, v) for k, v in model.items() if start <= k < end)[:limit]
-                assert txn.iter_range(start, end, limit) == expected
+                assert txn.iter_range(start, end, limit) == _model_range(model, start, end, limit)
         for key in set(model) | set(stored):
             assert txn.get(key) == model.get(key)
 

@@ -75,6 +75,18 @@ class FakeStore:
         return [(k, self.data[k]) for k in self._keys[first:last][:limit]]
 
 
+def result_bytes(job_id: str, tick_ms: int, status: str, now_ms: int) -> bytes:
+    """An encoded ExecutionResult of ``job_id``'s execution of ``tick_ms``."""
+    record = {
+        "execution_id": execution_id(job_id, tick_ms),
+        "job_id": job_id,
+        "scheduled_for_ms": tick_ms,
+        "status": status,
+        "recorded_at_ms": now_ms,
+    }
+    return CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+
+
 class Timer:
     """One timer partition over fakes, driven by an explicit clock.
 
@@ -108,14 +120,7 @@ class Timer:
         self.feed(self.env.jobs_topic, job.job_id.encode(), value, now_ms)
 
     def result(self, job_id: str, tick_ms: int, status: str, now_ms: int) -> None:
-        record = {
-            "execution_id": execution_id(job_id, tick_ms),
-            "job_id": job_id,
-            "scheduled_for_ms": tick_ms,
-            "status": status,
-            "recorded_at_ms": now_ms,
-        }
-        value = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+        value = result_bytes(job_id, tick_ms, status, now_ms)
         self.feed(self.env.results_topic, job_id.encode(), value, now_ms)
 
     def punctuate(self, now_ms: int) -> int:

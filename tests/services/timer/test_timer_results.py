@@ -28,7 +28,6 @@ from services.timer.state import (
 )
 from services.timer.wheel import WATERMARK_KEY
 from streams.codec import RecordKind
-from streams.identity import execution_id
 from streams.result_reader import ResultFields
 from tests.services.timer.test_timer_logic import (
     CODEC,
@@ -38,6 +37,7 @@ from tests.services.timer.test_timer_logic import (
     bump,
     cron_job,
     one_off,
+    result_bytes,
 )
 
 
@@ -81,7 +81,7 @@ def _scenario(timer: Timer) -> None:
     timer.result("q", T_MIN + 10_000, "SUCCEEDED", T_MIN + 21_100)
     timer.feed(timer.env.results_topic, b"h4", b"\xc3\x01garbage", T_MIN + 21_200)
     timer.feed(timer.env.results_topic, b"h5", None, T_MIN + 21_200)
-    wrong_key = _result_bytes("h4", T0 + 1_000, "SUCCEEDED", T_MIN + 21_300)
+    wrong_key = result_bytes("h4", T0 + 1_000, "SUCCEEDED", T_MIN + 21_300)
     timer.feed(timer.env.results_topic, b"h5", wrong_key, T_MIN + 21_300)
 
 
@@ -245,17 +245,6 @@ def test_the_stored_form_round_trips_with_and_without_the_run_time() -> None:
     # A reader that predates the field ignores it: the first 13 fields are as they were.
     meta = orjson.loads(encode_state(state)[5 : -len(job_bytes)])
     assert len(meta) == 14 and meta[:13] == orjson.loads(encode_state(without)[5 : -len(job_bytes)])
-
-
-def _result_bytes(job_id: str, tick_ms: int, status: str, now_ms: int) -> bytes:
-    record = {
-        "execution_id": execution_id(job_id, tick_ms),
-        "job_id": job_id,
-        "scheduled_for_ms": tick_ms,
-        "status": status,
-        "recorded_at_ms": now_ms,
-    }
-    return CODEC.encode(RecordKind.EXECUTION_RESULT, record)
 
 
 def _store_in_the_old_format(timer: Timer, job_id: bytes) -> None:
