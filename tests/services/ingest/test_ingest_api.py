@@ -8,10 +8,10 @@ thread and offers blocking calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -24,6 +24,8 @@ from services.ingest.view import StatusView
 from streams.identity import execution_id
 from streams.records import ExecutionStatus
 from tests.services.ingest.test_ingest_view import Feeder
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.kafka
 
@@ -50,6 +52,10 @@ class Http:
     def stop(self) -> None:
         self._portal.call(self._stack.aclose)
 
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await fn(*args)`` on the app's event loop, from this thread."""
+        return self._portal.call(fn, *args)
+
     def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         return self._portal.call(lambda: self._client.request(method, url, **kwargs))
 
@@ -63,9 +69,9 @@ class Http:
         return self.request("DELETE", url, **kwargs)
 
 
-@pytest.fixture
-def http(ingest_settings: IngestSettings) -> Iterator[Http]:
-    settings = ingest_settings.model_copy(update={"max_payload_bytes": 2048})
+@contextmanager
+def serving(settings: IngestSettings) -> Iterator[Http]:
+    """The app of ``settings``, its lifespan running (status view, producer) until the end."""
     with start_blocking_portal() as portal:
         client = Http(create_app(settings), portal)
         client.start()
@@ -73,6 +79,12 @@ def http(ingest_settings: IngestSettings) -> Iterator[Http]:
             yield client
         finally:
             client.stop()
+
+
+@pytest.fixture
+def http(ingest_settings: IngestSettings) -> Iterator[Http]:
+    with serving(ingest_settings.model_copy(update={"max_payload_bytes": 2048})) as client:
+        yield client
 
 
 def view_of(http: Http) -> StatusView:

@@ -14,24 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anyio.from_thread import start_blocking_portal
 
-from services.ingest.api import create_app
 from services.ingest.batch import JobBatch
 from services.ingest.settings import IngestSettings
 from streams.codec import Codec, RecordKind
 from tests.services.ingest.conftest import read_topic
-from tests.services.ingest.test_ingest_api import Http, create, now_ms, one_off
+from tests.services.ingest.test_ingest_api import Http, create, now_ms, one_off, serving
 
 pytestmark = pytest.mark.kafka
 
 HOUR_MS = 3_600_000
-
-
-def start_http(settings: IngestSettings, portal: Any) -> Http:
-    client = Http(create_app(settings), portal)
-    client.start()
-    return client
 
 
 @pytest.fixture
@@ -41,12 +33,8 @@ def batch_settings(ingest_settings: IngestSettings) -> IngestSettings:
 
 @pytest.fixture
 def http(batch_settings: IngestSettings) -> Iterator[Http]:
-    with start_blocking_portal() as portal:
-        client = start_http(batch_settings, portal)
-        try:
-            yield client
-        finally:
-            client.stop()
+    with serving(batch_settings) as client:
+        yield client
 
 
 def batch(http: Http, *items: dict[str, Any]) -> list[dict[str, Any]]:
@@ -163,13 +151,9 @@ def test_a_key_is_exactly_once_across_api_instances(
     body = one_off(payload={"instance": "a"})
     first = batch(http, item(body, "cross-instance"))[0]
     other_settings = batch_settings.model_copy(update={"view_dir": tmp_path / "other-view"})
-    with start_blocking_portal() as portal:
-        other = start_http(other_settings, portal)
-        try:
-            repeat = batch(other, item(body, "cross-instance"))[0]
-            single = create(other, body, key="cross-instance")
-        finally:
-            other.stop()
+    with serving(other_settings) as other:
+        repeat = batch(other, item(body, "cross-instance"))[0]
+        single = create(other, body, key="cross-instance")
     assert repeat["status_code"] == 200 and repeat["job_id"] == first["job_id"]
     assert single.status_code == 200 and single.json()["job_id"] == first["job_id"]
     records = read_topic(batch_settings.kafka, f"{batch_settings.kafka.namespace}jobs")
@@ -189,13 +173,9 @@ def test_size_limits_answer_413_naming_items(
     small = ingest_settings.model_copy(
         update={"max_batch_body_bytes": 1024, "view_dir": tmp_path / "tight-view"}
     )
-    with start_blocking_portal() as portal:
-        tight = start_http(small, portal)
-        try:
-            items = [item(one_off(payload="p" * 200))] * 10
-            big = tight.post("/api/jobs/batch", json={"items": items})
-        finally:
-            tight.stop()
+    with serving(small) as tight:
+        items = [item(one_off(payload="p" * 200))] * 10
+        big = tight.post("/api/jobs/batch", json={"items": items})
     assert big.status_code == 413, big.text
 
 
@@ -220,21 +200,17 @@ def test_an_item_the_producer_refuses_fails_alone(ingest_settings: IngestSetting
     the other items of the batch are written."""
     settings = ingest_settings.model_copy(update={"max_payload_bytes": 4 * 1024 * 1024})
     huge = base64.b64encode(os.urandom(1_200_000)).decode()
-    with start_blocking_portal() as portal:
-        http = start_http(settings, portal)
-        try:
-            answers = batch(
-                http,
-                item(one_off(payload={"before": 1})),
-                item(one_off(payload_b64=huge)),
-                item(one_off(payload={"after": 1})),
-            )
-            assert [a["status_code"] for a in answers] == [201, 500, 201]
-            assert "MSG_SIZE_TOO_LARGE" in answers[1]["detail"]
-            assert stored(http, answers[0]["job_id"])["payload"] == {"before": 1}
-            assert stored(http, answers[2]["job_id"])["payload"] == {"after": 1}
-        finally:
-            http.stop()
+    with serving(settings) as http:
+        answers = batch(
+            http,
+            item(one_off(payload={"before": 1})),
+            item(one_off(payload_b64=huge)),
+            item(one_off(payload={"after": 1})),
+        )
+        assert [a["status_code"] for a in answers] == [201, 500, 201]
+        assert "MSG_SIZE_TOO_LARGE" in answers[1]["detail"]
+        assert stored(http, answers[0]["job_id"])["payload"] == {"before": 1}
+        assert stored(http, answers[2]["job_id"])["payload"] == {"after": 1}
 
 
 def test_many_concurrent_keyed_creates_share_catch_ups(http: Http) -> None:
@@ -257,7 +233,7 @@ def test_many_concurrent_keyed_creates_share_catch_ups(http: Http) -> None:
         return [(a.status_code, a.json(), b.status_code, b.json()) for a, b in zip(
             first, repeats, strict=True)]  # fmt: skip
 
-    results = http._portal.call(burst)
+    results = http.call(burst)
     assert [r[0] for r in results] == [201] * 40
     assert [r[2] for r in results] == [200] * 40
     assert all(r[1] == r[3] for r in results)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anyio.from_thread import start_blocking_portal
 from confluent_kafka import Producer
 
 from services.ingest.async_creates import AsyncCreates
@@ -30,8 +29,7 @@ from services.ingest.settings import IngestSettings
 from streams.codec import Codec
 from streams.exceptions import KafkaDeliveryError
 from tests.services.ingest.conftest import read_topic
-from tests.services.ingest.test_ingest_api import Http, create, one_off
-from tests.services.ingest.test_ingest_batch import start_http
+from tests.services.ingest.test_ingest_api import Http, create, one_off, serving
 
 pytestmark = pytest.mark.kafka
 
@@ -53,29 +51,25 @@ def post_all(http: Http, requests: list[tuple[dict[str, Any], str]]) -> list[Any
         )
         return [(a.status_code, a.json()) for a in answers]
 
-    return http._portal.call(burst)
+    return http.call(burst)
 
 
 def test_repeats_answer_the_first_answer_before_and_after_the_view_read_it(
     ingest_settings: IngestSettings,
 ) -> None:
     body = one_off(payload={"order": 42})
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            first = create(http, body, key="order-42")
-            early = create(http, body, key="order-42")  # often still a claim in memory
-            assert first.status_code == 201 and early.status_code == 200
-            assert early.json() == first.json()
-            job_id = first.json()["job_id"]
-            assert job_id == job_id_for_key("default", "order-42")
-            assert http.get(f"/api/jobs/{job_id}").status_code == 200  # the view read it
-            late = create(http, body, key="order-42")
-            assert late.status_code == 200 and late.json() == first.json()
-            other = create(http, {**body, "payload": {"order": 43}}, key="order-42")
-            assert other.status_code == 409 and "order-42" in other.json()["detail"]
-        finally:
-            http.stop()
+    with serving(ingest_settings) as http:
+        first = create(http, body, key="order-42")
+        early = create(http, body, key="order-42")  # often still a claim in memory
+        assert first.status_code == 201 and early.status_code == 200
+        assert early.json() == first.json()
+        job_id = first.json()["job_id"]
+        assert job_id == job_id_for_key("default", "order-42")
+        assert http.get(f"/api/jobs/{job_id}").status_code == 200  # the view read it
+        late = create(http, body, key="order-42")
+        assert late.status_code == 200 and late.json() == first.json()
+        other = create(http, {**body, "payload": {"order": 43}}, key="order-42")
+        assert other.status_code == 409 and "order-42" in other.json()["detail"]
     assert records_of(ingest_settings, job_id) == 1
 
 
@@ -86,12 +80,8 @@ def test_concurrent_repeats_write_once_and_other_bodies_conflict(
     every same-body repeat the first answer, every other body 409."""
     body_a, body_b = one_off(payload={"v": "a"}), one_off(payload={"v": "b"})
     requests = [(body_a if i % 2 == 0 else body_b, "race") for i in range(20)]
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            answers = post_all(http, requests)
-        finally:
-            http.stop()
+    with serving(ingest_settings) as http:
+        answers = post_all(http, requests)
     created = [i for i, (status, _) in enumerate(answers) if status == 201]
     assert len(created) == 1, answers
     winner = requests[created[0]][0]
@@ -128,12 +118,8 @@ def test_another_body_is_a_conflict_while_the_first_is_in_flight(
         assert (repeat.job_id, repeat.next_run_at_ms) == (receipt.job_id, receipt.next_run_at_ms)
         return in_flight, str(conflict.value)
 
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            in_flight, message = portal.call(scenario, http.app.state.creates)
-        finally:
-            http.stop()
+    with serving(ingest_settings) as http:
+        in_flight, message = http.call(scenario, http.app.state.creates)
     assert in_flight, "the conflict waited for the first create to be durable"
     assert "in-flight" in message
     assert records_of(ingest_settings, job_id_for_key("default", "in-flight")) == 1
@@ -145,24 +131,17 @@ def test_a_restarted_or_other_api_answers_the_first_answer(
     """Claims live in memory only; the record on Kafka is what dedupes across restarts
     and instances: a restart (same view directory) and a new instance (empty view)."""
     body = one_off(payload={"restart": True})
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            first = create(http, body, key="survives")
-        finally:
-            http.stop()
-        for settings in (
-            ingest_settings,
-            ingest_settings.model_copy(update={"view_dir": tmp_path / "new-view"}),
-        ):
-            http = start_http(settings, portal)
-            try:
-                again = create(http, body, key="survives")
-                other = create(http, one_off(payload={"restart": False}), key="survives")
-            finally:
-                http.stop()
-            assert again.status_code == 200 and again.json() == first.json()
-            assert other.status_code == 409
+    with serving(ingest_settings) as http:
+        first = create(http, body, key="survives")
+    for settings in (
+        ingest_settings,
+        ingest_settings.model_copy(update={"view_dir": tmp_path / "new-view"}),
+    ):
+        with serving(settings) as http:
+            again = create(http, body, key="survives")
+            other = create(http, one_off(payload={"restart": False}), key="survives")
+        assert again.status_code == 200 and again.json() == first.json()
+        assert other.status_code == 409
     assert first.status_code == 201
     assert records_of(ingest_settings, first.json()["job_id"]) == 1
 
@@ -173,18 +152,14 @@ def test_a_key_written_by_another_process_is_seen_at_once(
     """Between the API's own records on the partition lies one it did not write (another
     process's): the API waits for its view instead of trusting its own offsets."""
     body = one_off(payload={"elsewhere": 1})
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            warm = [create(http, one_off(payload={"i": i}), key=f"warm-{i}") for i in range(20)]
-            assert all(w.status_code == 201 for w in warm)
-            other = ingest_settings.model_copy(update={"view_dir": tmp_path / "client-view"})
-            with KafkronClient(other) as client:
-                written = client.submit(body, idempotency_key="elsewhere")
-            repeat = create(http, body, key="elsewhere")
-            conflict = create(http, {**body, "payload": {"elsewhere": 2}}, key="elsewhere")
-        finally:
-            http.stop()
+    with serving(ingest_settings) as http:
+        warm = [create(http, one_off(payload={"i": i}), key=f"warm-{i}") for i in range(20)]
+        assert all(w.status_code == 201 for w in warm)
+        other = ingest_settings.model_copy(update={"view_dir": tmp_path / "client-view"})
+        with KafkronClient(other) as client:
+            written = client.submit(body, idempotency_key="elsewhere")
+        repeat = create(http, body, key="elsewhere")
+        conflict = create(http, {**body, "payload": {"elsewhere": 2}}, key="elsewhere")
     assert repeat.status_code == 200 and repeat.json()["job_id"] == written.job_id
     assert conflict.status_code == 409
     assert records_of(ingest_settings, written.job_id) == 1
@@ -218,12 +193,8 @@ def test_a_create_stopped_while_writing_releases_its_claim(
         assert again.job_id == job_id
         return error, released
 
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            error, released = portal.call(scenario, http.app.state.creates)
-        finally:
-            http.stop()
+    with serving(ingest_settings) as http:
+        error, released = http.call(scenario, http.app.state.creates)
     assert released
     assert isinstance(error, KafkaDeliveryError) and error.retryable, error
 
@@ -249,13 +220,9 @@ def test_creates_of_one_loop_turn_answer_like_separate_requests(
             *(creates.create(body, key) for body, key in requests), return_exceptions=True
         )
 
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            answers = portal.call(scenario, http.app.state.creates)
-            again = create(http, body_a, key="turn-1")  # later, through HTTP
-        finally:
-            http.stop()
+    with serving(ingest_settings) as http:
+        answers = http.call(scenario, http.app.state.creates)
+        again = create(http, body_a, key="turn-1")  # later, through HTTP
     first, repeat, conflict, other_key, unkeyed, bad = answers
     assert first.created and first.job_id == job_id_for_key("default", "turn-1")
     assert not repeat.created
@@ -302,18 +269,14 @@ def test_a_key_written_above_an_open_transaction_is_still_seen(
     see it: it waits for the transaction to end, then answers 409."""
     body = one_off(payload={"txn": 1})
     job_id, txn = write_above_an_open_transaction(ingest_settings, body, "above-txn")
-    with start_blocking_portal() as portal:
-        http = start_http(ingest_settings, portal)
-        try:
-            commit = threading.Timer(1.5, txn.commit_transaction)
-            commit.start()
-            started = time.monotonic()
-            conflict = create(http, {**body, "payload": {"txn": 2}}, key="above-txn")
-            waited_s = time.monotonic() - started
-            commit.join()
-            repeat = create(http, body, key="above-txn")
-        finally:
-            http.stop()
+    with serving(ingest_settings) as http:
+        commit = threading.Timer(1.5, txn.commit_transaction)
+        commit.start()
+        started = time.monotonic()
+        conflict = create(http, {**body, "payload": {"txn": 2}}, key="above-txn")
+        waited_s = time.monotonic() - started
+        commit.join()
+        repeat = create(http, body, key="above-txn")
     assert conflict.status_code == 409, conflict.text
     assert waited_s > 0.5  # it waited for the transaction, not for its own round trip
     assert repeat.status_code == 200 and repeat.json()["job_id"] == job_id
