@@ -245,7 +245,6 @@ def read_results(
     )
     topic = TopicNames(settings.namespace).job_results
     consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
-    values: list[bytes] = []
     statuses: Counter[str] = Counter()
     finals = 0
     first_ms = last_ms = 0
@@ -257,14 +256,13 @@ def read_results(
         for message in consumer.consume(10_000, 0.5):
             value = message.value()
             if message.error() is None and value is not None:
-                values.append(value)
                 status = RESULTS.read(value).status
                 statuses[status] += 1
                 finals += status != "STARTED"
                 stamp = message.timestamp()[1]
                 first_ms = stamp if not first_ms else min(first_ms, stamp)
                 last_ms = max(last_ms, stamp)
-        if values and cpu_first is None:
+        if statuses and cpu_first is None:
             cpu_first = (cpu_seconds(pid), finals)
             threads_first = thread_cpu_seconds(pid)
         rss = max(rss, peak_rss_mb(pid))
