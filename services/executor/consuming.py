@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,38 @@ class Consuming:
         messages = self.consumer.consume(self._batch_size, self._timeout_s)
         self.refresh_metadata(self.consumer)
         return messages
+
+    def start_probe(
+        self, loop: asyncio.AbstractEventLoop, partitions: list[tuple[str, int]]
+    ) -> asyncio.Future[bool]:
+        """:meth:`others_pending` of ``partitions``, on the consume thread."""
+        return loop.run_in_executor(self._thread, self.others_pending, partitions)
+
+    def others_pending(self, partitions: list[tuple[str, int]]) -> bool:
+        """Whether any of ``partitions`` has records past what consume() handed over.
+
+        Local state only (no broker request): the high watermark librdkafka cached from its
+        last fetch, against the position after the last record returned. Under
+        ``read_committed`` the position passes a transaction's commit marker, so a partition
+        read to its end is not pending; records of a transaction still open are (harmless:
+        the caller pauses a lane it need not have).
+        """
+        if not partitions:
+            return False
+        consumer = self.consumer
+        try:
+            positions = consumer.position([TopicPartition(t, p) for t, p in partitions])
+        except KafkaException as exc:  # e.g. released meanwhile: pausing is the safe side
+            log.debug("positions unknown (%s): taken as pending", exc)
+            return True
+        for tp in positions:
+            low, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0:
+                continue  # not fetched yet
+            position = tp.offset if tp.offset >= 0 else low
+            if high > position:
+                return True
+        return False
 
     def run_queued(self, consumer: Consumer) -> None:
         """Make the queued calls, oldest first (on the thread that owns the consumer now)."""

@@ -2,9 +2,10 @@
 
 :meth:`LaneBuffers.take` picks the lane with :class:`~services.executor.lanes.LaneSelector`
 (higher priority first, a starvation bound per lane), one record per pick. A lane holding
-``capacity`` records asks for its partitions to be paused; it asks for a resume once it is
-down to half. Records fetched before a pause took effect still go in, so the bound is soft
-by at most one consumer batch.
+``capacity`` records is *full* (:meth:`LaneBuffers.full_lanes`: the executor stops taking
+records for it, see :mod:`services.executor.backpressure`) until it is down to half, when
+``on_room`` is called. Records consumed before that took effect still go in, so the bound
+is soft by at most one consumer batch.
 
 Runs released from a hold (:mod:`services.executor.holds`) go back to the front of their
 lane with :meth:`LaneBuffers.requeue`: they were read before everything behind them.
@@ -17,7 +18,7 @@ While only one lane holds records, a pick needs no selector: with one lane with 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from confluent_kafka import Message
 
@@ -36,6 +37,7 @@ class LaneBuffers:
         lane_of_topic: Mapping[str, Priority],
         capacity: int,
         max_passes: Mapping[Priority, int] | None = None,
+        on_room: Callable[[], None] | None = None,
     ) -> None:
         self._lane_of_topic = dict(lane_of_topic)
         self._capacity = capacity
@@ -47,6 +49,7 @@ class LaneBuffers:
         self._passes_clear = True  # every lane's passes are 0 (as after a one-lane pick)
         self._full: set[Priority] = set()
         self._changed = False
+        self._on_room = on_room  # called when a full lane drains to its resume mark
 
     def __len__(self) -> int:
         return self._size
@@ -106,6 +109,8 @@ class LaneBuffers:
         if lane in self._full and len(buffer) <= self._resume_at:
             self._full.discard(lane)
             self._changed = True
+            if self._on_room is not None:
+                self._on_room()
         return message
 
     def full_lanes(self) -> frozenset[Priority] | None:

@@ -1,7 +1,8 @@
 """The executor's consume / run / commit loop: one asyncio loop, many runs in flight.
 
-- **Consume.** ``consume()`` runs on one dedicated thread with always one call in flight,
-  so the event loop keeps running handlers while it waits. Rebalance callbacks fire on that
+- **Consume.** ``consume()`` runs on one dedicated thread with one call in flight (none
+  while a lane is full, see :mod:`~services.executor.backpressure`), so the event loop keeps
+  running handlers while it waits. Rebalance callbacks fire on that
   thread and hand their work to the event loop, waiting for it (a revoke waits for runs).
 - **Dispatch.** Records wait in :class:`LaneBuffers` (priority with a starvation bound) and
   run on :class:`Chains`: a plain call per record (:meth:`RecordRunner.start`), and an
@@ -31,6 +32,7 @@ from functools import partial
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from services.executor.assignment import TP, Assignment
+from services.executor.backpressure import PROBE_INTERVAL_S, Backpressure
 from services.executor.chains import Chains
 from services.executor.clients import open_clients
 from services.executor.commit import CommitAbortedError, Committer
@@ -71,7 +73,10 @@ class ExecutorLoop:
         self._registry, self._codec = registry, codec
         self._offsets: OffsetTracker[TP] = OffsetTracker()
         self._buffers = LaneBuffers(
-            self._lane_of_topic, settings.lane_buffer_size, settings.lane_max_passes
+            self._lane_of_topic,
+            settings.lane_buffer_size,
+            settings.lane_max_passes,
+            on_room=self._lane_has_room,
         )
         self.stats = ExecutorStats()
         self._rewind: dict[TP, int] = {}  # last committed (or first consumed) position
@@ -81,12 +86,16 @@ class ExecutorLoop:
         self._interval_s = settings.commit_interval_ms / 1000
         self._last_commit = time.monotonic()
         self._full_lanes: frozenset[Priority] = frozenset()
-        self._held_full = False  # too many held: every lane paused
+        self._held_full = False  # too many held: every lane blocked
+        self._backpressure = Backpressure(settings.lane_pause_after_ms)
+        self._paused_lanes: frozenset[Priority] = frozenset()
+        self._wake = asyncio.Event()  # bound to the running loop at its first wait
+        self._probe: asyncio.Future[bool] | None = None  # Consuming.others_pending in flight
+        self._next_probe_s = 0.0
 
     def start(self) -> None:
         """Open the clients and stores, and subscribe to the due topics."""
         self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
         clients = self._clients = open_clients(self.settings, list(self._lane_of_topic))
         self._producer = clients.producer
         consuming = self._consuming = Consuming(
@@ -154,18 +163,25 @@ class ExecutorLoop:
         finally:
             await self._close(consume)
 
-    async def _iterate(self, consume: ConsumeFuture | None) -> ConsumeFuture:
+    async def _iterate(self, consume: ConsumeFuture | None) -> ConsumeFuture | None:
         if self._abort_reason is not None:
             self._abort(self._abort_reason)
         if consume is not None and consume.done():
             self._accept(consume.result())
             consume = None
-        if consume is None:  # seek only between consume calls: no stale batch can follow
+        restoring = self._assignment.step_restore()
+        if consume is None:
+            self._probe_others()
+        self._sync_pauses()
+        # Seek only between consume calls: no stale batch can follow.
+        if (
+            consume is None
+            and self._probe is None
+            and self._backpressure.consume_allowed(time.monotonic())
+        ):
             self._queue_seeks()
             consume = self._consuming.start_batch(self._loop)
             consume.add_done_callback(lambda _: self._wake.set())
-        restoring = self._assignment.step_restore()
-        self._sync_pauses()
         spawned = self._chains.dispatch()
         self._runs.flush_due_outputs()
         self._producer.poll()
@@ -177,8 +193,29 @@ class ExecutorLoop:
             await self._wait_for_wake()
         return consume
 
+    def _probe_others(self) -> None:
+        """While lanes block consuming: ask, every ``PROBE_INTERVAL_S``, whether records of
+        the other lanes wait in the consumer; if so the blocked lanes are paused now."""
+        probe = self._probe
+        if probe is not None:
+            if probe.done():
+                self._probe = None
+                if probe.result():
+                    self._backpressure.others_waiting()
+            return
+        now = time.monotonic()
+        if self._backpressure.consume_allowed(now) or now < self._next_probe_s:
+            return
+        blocked = self._backpressure.blocked
+        tps = [tp for tp in self._assignment.owned if self._lane_of_topic[tp[0]] not in blocked]
+        if tps:
+            self._next_probe_s = now + PROBE_INTERVAL_S
+            probe = self._probe = self._consuming.start_probe(self._loop, sorted(tps))
+            probe.add_done_callback(lambda _: self._wake.set())
+
     def _sync_pauses(self) -> None:
-        """Pause the topics of full lanes, or every one while too many events are held."""
+        """Block full lanes, or every one while too many events are held: consuming stops,
+        and the lanes' partitions are paused if they stay blocked (see backpressure.py)."""
         full = self._buffers.full_lanes()
         if full is not None:
             self._full_lanes = full
@@ -186,13 +223,21 @@ class ExecutorLoop:
         if self._holds is not None:
             held, limit = len(self._holds), self.settings.max_held
             held_full = held > limit // 2 if held_full else held >= limit
-        if full is None and held_full is self._held_full:
-            return
-        self._held_full = held_full
-        lanes = frozenset(LANES) if held_full else self._full_lanes
-        self._assignment.pause_topics(
-            [t for t, lane in self._lane_of_topic.items() if lane in lanes]
-        )
+        now = time.monotonic()
+        if full is not None or held_full is not self._held_full:
+            self._held_full = held_full
+            self._backpressure.update(frozenset(LANES) if held_full else self._full_lanes, now)
+        paused = self._backpressure.paused_lanes(now)
+        if paused != self._paused_lanes:
+            self.stats.lane_pauses += bool(paused) and not self._paused_lanes
+            self._paused_lanes = paused
+            self._assignment.pause_topics(
+                [t for t, lane in self._lane_of_topic.items() if lane in paused]
+            )
+
+    def _lane_has_room(self) -> None:
+        """A full lane drained to its resume mark: consume again (the loop may be waiting)."""
+        self._wake.set()
 
     def _released(self, runs: list[HeldRun]) -> None:
         """Runs whose hold ended: to the front of their lanes, for the chains to start."""
@@ -201,8 +246,12 @@ class ExecutorLoop:
 
     async def _wait_for_wake(self) -> None:
         if not self._wake.is_set():
+            until = self._last_commit + self._interval_s
+            pause_due = self._backpressure.pause_due_s()
+            if pause_due is not None:
+                until = min(until, pause_due, self._next_probe_s)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._last_commit + self._interval_s - time.monotonic()):
+                async with asyncio.timeout(until - time.monotonic()):
                     await self._wake.wait()
         self._wake.clear()
 

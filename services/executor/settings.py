@@ -73,8 +73,12 @@ class ExecutorSettings(BaseSettings):
     # Results, retries, dead letters and offsets commit in one transaction this often.
     commit_interval_ms: int = Field(default=500, ge=10)
     consume_batch_size: int = Field(default=2000, ge=1)
-    # Consumed records waiting per priority lane; a full lane pauses its partitions.
+    # Consumed records waiting per priority lane. A full lane stops consuming until it is
+    # down to half; if it is still full after lane_pause_after_ms, its partitions are paused
+    # so that other lanes flow again (a pause drops librdkafka's prefetch of them, which is
+    # fetched again after the resume: see backpressure.py).
     lane_buffer_size: int = Field(default=10_000, ge=1)
+    lane_pause_after_ms: int = Field(default=500, ge=0)
     # Starvation bound: a lane with work is passed over at most this many picks in a row.
     lane_max_passes: dict[Priority, int] = Field(default_factory=lambda: dict(DEFAULT_MAX_PASSES))
     # Python handlers as "name=package.module:attr"; entry points of kafkron.handlers too.

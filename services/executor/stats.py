@@ -21,6 +21,7 @@ class ExecutorStats:
     sync_refused: int = 0  # sync attempts not run: too many handler threads hang
     dropped: int = 0  # runs whose partition was released or whose transaction aborted
     held: int = 0  # records read before their fire_at_ms, run when it came
+    lane_pauses: int = 0  # times full lanes' partitions were paused (backpressure.py)
     commits: int = 0
     aborts: int = 0
     commit_s: float = 0.0  # the event loop's time blocked in commits (flush + commit)

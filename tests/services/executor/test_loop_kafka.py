@@ -319,9 +319,11 @@ def test_priority_order_and_starvation_bound(
     assert last_high < max(i for i, p in enumerate(order) if p is Priority.LOW)
 
 
-def test_a_full_lane_pauses_and_resumes(
+def test_a_full_lane_stops_consuming_and_resumes_without_a_pause(
     topics: KafkaSettings, reader: TopicReader, calls: Calls
 ) -> None:
+    """One lane with work: a full lane stops consume() (bounded buffer) and never pauses
+    its partitions, which would drop librdkafka's prefetch of them."""
     executor = start_executor(topics, calls, lane_buffer_size=8, consume_batch_size=8)
     seen: list[int] = []
 
@@ -337,6 +339,46 @@ def test_a_full_lane_pauses_and_resumes(
     finally:
         executor.stop()
     assert len(seen) == 120 and max(seen) <= 8 + 8  # capacity + one consumer batch
+    assert executor.loop.stats.lane_pauses == 0
+
+
+def test_a_full_lane_is_paused_when_a_high_record_waits_behind_it(
+    topics: KafkaSettings, reader: TopicReader, calls: Calls
+) -> None:
+    """A full LOW lane stops consuming without a pause while nothing else waits; once a HIGH
+    record is fetched behind librdkafka's prefetch of LOW records, the probe sees it and the
+    LOW partitions are paused, so it runs next. The lane drains to half and refills every
+    40 ms here, so the pause_after bound (minutes) never pauses: without the probe the HIGH
+    record ran 148th of 151."""
+    executor = start_executor(
+        topics, calls, lane_buffer_size=4, consume_batch_size=4, max_in_flight=1,
+        lane_pause_after_ms=600_000,
+    )  # fmt: skip
+    order: list[str] = []
+
+    async def slow(ctx: HandlerContext) -> None:
+        await asyncio.sleep(0.02)
+        order.append(ctx.job_id)
+
+    executor.registry.register("tests.slow", slow)
+    lows = 150  # 3 s of runs, one at a time
+    try:
+        produce_due(
+            topics,
+            [due_event(f"low-{i}", handler="tests.slow", priority="LOW") for i in range(lows)],
+        )
+        deadline = time.monotonic() + 30
+        while len(order) < 10:
+            assert time.monotonic() < deadline, "the LOW runs never started"
+            time.sleep(0.01)
+        produce_due(topics, [due_event("high", handler="tests.slow", priority="HIGH")])
+        reader.wait_for(lambda r: len(finals(r.results())) == lows + 1, 60, "all runs")
+    finally:
+        executor.stop()
+    # Produced after 10 LOW runs; fetched within a fetch wait (0.5 s, 25 runs), then paused
+    # past: measured 40th.
+    assert order.index("high") < 10 + 50, order.index("high")
+    assert executor.loop.stats.lane_pauses >= 1
 
 
 def test_redelivered_final_execution_is_skipped_and_replay_runs_once(
