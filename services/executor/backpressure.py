@@ -16,8 +16,9 @@ So a lane that fills stops consuming at once, and its partitions are paused only
 records of another lane wait (the loop asks the consumer every ``PROBE_INTERVAL_S``: a
 partition of a lane that is not full whose cached high watermark is past the position
 handed to us; see ``Consuming.others_pending``), or when the lanes are still blocked
-``pause_after_ms`` later, so that rebalance callbacks run. A one-lane herd never pauses; a
-HIGH record behind a backlog of LOW ones gets the pause, as before.
+``pause_after_ms`` later, so that rebalance callbacks run (they fire inside ``consume()``).
+A one-lane herd whose lane drains to half within that bound never pauses; a HIGH record
+behind a backlog of LOW ones gets the pause, as before.
 """
 
 from __future__ import annotations

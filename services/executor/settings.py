@@ -76,9 +76,10 @@ class ExecutorSettings(BaseSettings):
     # Consumed records waiting per priority lane. A full lane stops consuming until it is
     # down to half; if it is still full after lane_pause_after_ms, its partitions are paused
     # so that other lanes flow again (a pause drops librdkafka's prefetch of them, which is
-    # fetched again after the resume: see backpressure.py).
+    # fetched again after the resume: see backpressure.py). Rebalance callbacks run only
+    # while consuming, so this also bounds how long an assignment waits (failover time).
     lane_buffer_size: int = Field(default=10_000, ge=1)
-    lane_pause_after_ms: int = Field(default=500, ge=0)
+    lane_pause_after_ms: int = Field(default=1_000, ge=0)
     # Starvation bound: a lane with work is passed over at most this many picks in a row.
     lane_max_passes: dict[Priority, int] = Field(default_factory=lambda: dict(DEFAULT_MAX_PASSES))
     # Python handlers as "name=package.module:attr"; entry points of kafkron.handlers too.
