@@ -253,7 +253,17 @@ class DueReader:
         if longs is None:
             raise _NotFastError
         raw_version, raw_scheduled, raw_fire_at, raw_attempt = longs.groups()
-        scheduled = decode_long(raw_scheduled)  # fire_at_ms is the same unless jittered
+        # The run differs from the last one, mostly by job_version alone (one instant's
+        # jobs): values of raw bytes seen last are taken over, not decoded again.
+        last = self._last_longs
+        if last is not None and last[1][1] == raw_scheduled:
+            scheduled = last[1][3]
+        else:
+            scheduled = decode_long(raw_scheduled)
+        if last is not None and last[1][2] == raw_attempt:
+            attempt = last[1][4]
+        else:
+            attempt = decode_long(raw_attempt)
         parsed = (
             data[pos : longs.end()],
             (
@@ -261,7 +271,8 @@ class DueReader:
                 raw_scheduled,
                 raw_attempt,
                 scheduled,
-                decode_long(raw_attempt),
+                attempt,
+                # fire_at_ms is scheduled_for_ms unless jittered
                 scheduled if raw_fire_at == raw_scheduled else decode_long(raw_fire_at),
             ),
         )
