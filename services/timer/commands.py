@@ -19,6 +19,7 @@ from services.timer.firing import (
     fire_manual,
     fire_schedule,
 )
+from services.timer.retention import forget_retention
 from services.timer.scope import Scope
 from services.timer.state import (
     TimerState,
@@ -52,7 +53,7 @@ def apply_job(scope: Scope, job_id: bytes, value: bytes | None, job: dict[str, A
             settle_overdue(scope, state)
             remove_pending(scope, state, CANCELLED_DELETED)
             if state.tombstone_fire_ms is not None:
-                scope.wheel.delete(keys.tombstone_key(state.tombstone_fire_ms, job_id))
+                forget_retention(scope, job_id, state.tombstone_fire_ms)
             delete_state(scope, state)
         return
     if state is not None and job["version"] <= state.version:
@@ -115,7 +116,7 @@ def reschedule(scope: Scope, state: TimerState, job: dict[str, Any], resume_catc
     if state.completed:  # a finished one-off given a new run time runs again
         state.completed = False
         if state.tombstone_fire_ms is not None:
-            scope.wheel.delete(keys.tombstone_key(state.tombstone_fire_ms, state.key))
+            forget_retention(scope, state.key, state.tombstone_fire_ms)
             state.tombstone_fire_ms = None
     set_schedule_entry(scope, state, tick_ms)
 

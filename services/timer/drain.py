@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from services.timer import keys
 from services.timer.firing import fire_manual, fire_schedule
+from services.timer.retention import fire_retention
 from services.timer.retries import fire_retry
 from services.timer.scope import Scope
 from services.timer.state import FAST_MARKER, FAST_VALUE_HEADER, load_state, save_state
@@ -76,6 +77,9 @@ def fire_entry(scope: Scope, key: bytes, value: bytes) -> None:
     if parsed.kind == keys.RETRY:
         fire_retry(scope, key, value)
         return
+    if parsed.kind == keys.TOMBSTONE:
+        fire_retention(scope, key, value)  # lists many jobs: none of them is the key's own
+        return
     state = load_state(scope, parsed.job_id)
     if state is None or (parsed.kind == keys.SCHEDULE and state.sched_fire_ms != parsed.fire_ms):
         scope.wheel.delete(key)  # a stray entry: its job is gone or a command moved it
@@ -84,13 +88,6 @@ def fire_entry(scope: Scope, key: bytes, value: bytes) -> None:
         fire_schedule(scope, state)  # removes the entry itself
     else:
         scope.wheel.delete(key)
-        if parsed.kind == keys.MANUAL:
-            assert parsed.tick_ms is not None
-            fire_manual(scope, state, parsed.tick_ms)
-        elif parsed.kind == keys.TOMBSTONE:
-            if state.tombstone_fire_ms != parsed.fire_ms or not state.completed:
-                return
-            # The tombstone comes back on ``jobs`` as input, and that deletes the state.
-            state.tombstone_fire_ms = None
-            scope.emit_raw(scope.env.jobs_topic, parsed.job_id, None)
+        assert parsed.kind == keys.MANUAL and parsed.tick_ms is not None
+        fire_manual(scope, state, parsed.tick_ms)
     save_state(scope, state)

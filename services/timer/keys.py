@@ -5,7 +5,8 @@ Layout, parsed from both ends (a job id may hold any byte):
 * ``SCHEDULE``  ``fire_ms | job_id | b"S"``: the job's next scheduled tick (cron or one-off).
 * ``MANUAL``    ``fire_ms | job_id | tick_ms | b"M"``: a trigger-now fire of ``tick_ms``.
 * ``RETRY``     ``fire_ms | job_id | tick_ms | b"R"``: the next attempt of execution ``tick_ms``.
-* ``TOMBSTONE`` ``fire_ms | job_id | b"T"``: delete a finished one-off from ``jobs``.
+* ``TOMBSTONE`` ``fire_ms | job_id | b"T"``: delete finished one-offs from ``jobs``: the
+  key's job, or every job its value lists (``retention.py``).
 
 Fire times are epoch ms and never negative in practice; they are clamped to 0 so that the
 unsigned big-endian order is the numeric order.

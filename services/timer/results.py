@@ -3,19 +3,19 @@
 STARTED marks an execution in flight (the timer already does so when it emits it, and then
 answers the STARTED from the stored JSON alone; this covers executions it did not emit). A
 final outcome clears it, and when nothing else runs a queued fire (overlap QUEUE_ONE) goes
-out. The final outcome of a one-off's execution marks the job completed and schedules its
-tombstone on ``jobs`` after the retention; the one-off's run time is stored with its state,
-so this needs no Job decode. Attempt failures (FAILED, TIMED_OUT) change nothing: a retry
-or a dead letter follows.
+out. The final outcome of a one-off's execution marks the job completed and lists it for its
+tombstone on ``jobs`` after the retention, in a wheel entry shared with the one-offs
+finished in the same scope (``retention.py``); the one-off's run time is stored with its
+state, so this needs no Job decode. Attempt failures (FAILED, TIMED_OUT) change nothing: a
+retry or a dead letter follows.
 """
 
 from __future__ import annotations
 
-from services.timer import keys
 from services.timer.firing import fire_queued
+from services.timer.retention import retain
 from services.timer.scope import Scope
 from services.timer.state import load_state, mark_running, save_state, started_is_known
-from services.timer.wheel import place_ms
 from streams.result_reader import ResultFields
 
 _FINAL = frozenset(
@@ -47,9 +47,7 @@ def apply_result(scope: Scope, job_id: bytes, result: ResultFields) -> None:
             fire_queued(scope, state)
     if not state.completed and state.one_off_run_at_ms(scope) == tick_ms:
         state.completed = True
-        fire_ms = place_ms(scope, scope.now_ms + scope.env.one_off_retention_ms)
-        state.tombstone_fire_ms = fire_ms
-        scope.wheel.set(keys.tombstone_key(fire_ms, job_id), b"T")
+        state.tombstone_fire_ms = retain(scope, job_id)
         changed = True
     if changed:
         save_state(scope, state)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from services.timer.due_bytes import DueEventBytes, due_event_record
 from services.timer.settings import TimerSettings
@@ -19,6 +19,9 @@ from streams.identity import execution_id
 from streams.job_reader import JobReader
 from streams.result_reader import ResultFields, ResultReader, fields_of
 from streams.topics import Priority, TopicNames
+
+if TYPE_CHECKING:
+    from services.timer.retention import RetentionBatch
 
 
 class StoreTransaction(Protocol):
@@ -127,6 +130,8 @@ class Scope:
     placement_floor_ms: int = field(default=0)
     # Bulk output for the drain's hot path (one call per batch, not per fire); None: ``emit``.
     emit_many: EmitMany | None = field(default=None)
+    # The retention entry finished one-offs of this scope are listed in (``retention.py``).
+    retention: RetentionBatch | None = field(default=None)
 
     @property
     def horizon_ms(self) -> int:

@@ -19,6 +19,7 @@ answered from the JSON alone (:func:`started_is_known`) and a SUCCEEDED needs no
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ _FORMAT_BYTE = bytes([_FORMAT])
 _FAST = b"F"
 _SLOW = b"S"
 _RUN_AT = 13  # index of the optional one-off run time in the stored JSON list
+_PACK_HEADER = struct.Struct(">BI").pack
+_UNPACK_SIZE = struct.Struct(">I").unpack_from
 _FAST_HEADERS = {name: _FAST + bytes([index]) for name, index in PRIORITY_INDEX.items()}
 
 
@@ -88,7 +91,9 @@ def encode_state(state: TimerState) -> bytes:
     The one-off run time goes last, and only when derived from these very Job bytes; a state
     without it (also one written before it existed) derives it from the Job when asked.
     """
-    meta: list[Any] = [
+    # orjson writes the same compact JSON as json.dumps (UTF-8 instead of \u escapes, which
+    # json.loads reads too) ~10x faster, tuples as arrays: one call, no per-field copies.
+    fields: tuple[Any, ...] = (
         state.job_id,
         state.version,
         state.status,
@@ -97,44 +102,51 @@ def encode_state(state: TimerState) -> bytes:
         state.fast,
         state.last_tick_ms,
         state.running,
-        list(state.queued) if state.queued is not None else None,
-        [list(entry) for entry in state.manual],
+        state.queued,
+        state.manual,
         state.manual_done_ms,
         state.completed,
         state.tombstone_fire_ms,
-    ]
-    if state.run_at is not None and state.run_at[0] is state.job_bytes:
-        meta.append(state.run_at[1])
-    # orjson writes the same compact JSON as json.dumps (UTF-8 instead of \u escapes, which
-    # json.loads reads too) ~10x faster: a create encodes one state.
-    body = orjson.dumps(meta)
-    return b"".join((_FORMAT_BYTE, len(body).to_bytes(4, "big"), body, state.job_bytes))
+    )
+    run_at = state.run_at
+    if run_at is not None and run_at[0] is state.job_bytes:
+        fields += (run_at[1],)
+    body = orjson.dumps(fields)
+    return _PACK_HEADER(_FORMAT, len(body)) + body + state.job_bytes
 
 
 def decode_state(data: bytes) -> TimerState:
     """The state :func:`encode_state` wrote."""
-    if not data or data[0] != _FORMAT:
+    if data[:1] != _FORMAT_BYTE:
         raise ValueError(f"unknown timer state format {data[:1]!r}")
-    size = int.from_bytes(data[1:5], "big")
-    meta = orjson.loads(data[5 : 5 + size])
-    queued = meta[8]
-    job_bytes = data[5 + size :]
+    end = 5 + _UNPACK_SIZE(data, 1)[0]
+    meta = orjson.loads(data[5:end])
+    job_bytes = data[end:]
+    # Unpacked at once and passed by position: half the cost of indexing field by field
+    # (a finished execution decodes one state).
+    run_at: tuple[bytes, int | None] | None = None
+    if len(meta) > _RUN_AT:
+        run_at = (job_bytes, meta[_RUN_AT])
+        meta = meta[:_RUN_AT]
+    (job_id, version, status, sched_tick_ms, sched_fire_ms, fast, last_tick_ms, running,
+     queued, manual, manual_done_ms, completed, tombstone_fire_ms) = meta  # fmt: skip
     return TimerState(
-        job_id=meta[0],
-        version=meta[1],
-        job_bytes=job_bytes,
-        status=meta[2],
-        sched_tick_ms=meta[3],
-        sched_fire_ms=meta[4],
-        fast=meta[5],
-        last_tick_ms=meta[6],
-        running=meta[7],
-        queued=(queued[0], queued[1]) if queued is not None else None,
-        manual=[(entry[0], entry[1]) for entry in meta[9]] if meta[9] else [],
-        manual_done_ms=meta[10],
-        completed=meta[11],
-        tombstone_fire_ms=meta[12],
-        run_at=(job_bytes, meta[13]) if len(meta) > _RUN_AT else None,
+        job_id,
+        version,
+        job_bytes,
+        status,
+        sched_tick_ms,
+        sched_fire_ms,
+        fast,
+        last_tick_ms,
+        running,
+        (queued[0], queued[1]) if queued is not None else None,
+        [(entry[0], entry[1]) for entry in manual] if manual else [],
+        manual_done_ms,
+        completed,
+        tombstone_fire_ms,
+        None,
+        run_at,
     )
 
 

@@ -85,6 +85,20 @@ class StoreTransaction:
         reads[key] = value
         return value
 
+    def prefetch(self, keys: list[bytes]) -> None:
+        """Read the stored values of ``keys`` in one multi-get, for the :meth:`get` calls that
+        follow (a run of input records each reading its job's state)."""
+        if self.status is not TransactionStatus.STARTED:
+            self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
+        reads, updates = self._reads, self._updates
+        missing = [key for key in dict.fromkeys(keys) if key not in updates and key not in reads]
+        del missing[_MAX_CACHED_READS:]
+        if not missing:
+            return
+        if len(reads) + len(missing) > _MAX_CACHED_READS:
+            reads.clear()
+        reads.update(zip(missing, self.store.get_many(missing), strict=True))
+
     def set(self, key: bytes, value: bytes) -> None:
         """Write ``value`` under ``key``."""
         if self.status is not TransactionStatus.STARTED:
