@@ -1,7 +1,7 @@
 """The timer's results path in one process, without Kafka: CPU per execution it takes in.
 
 Run: ``.venv/bin/python -m bench.timer_results [--jobs 100000] [--no-started]
-[--baseline-root DIR --repeat N]``
+[--run-size 80] [--baseline-root DIR --repeat N]``
 
 On one partition's real RocksDB stores (``jobs`` and ``wheel``, in a temporary folder):
 ``--jobs`` one-offs due at one instant are taken in and fired by drains (committed in
@@ -9,11 +9,16 @@ transactions of 5,000 like a herd), then their results are applied as the timer 
 them: STARTED and SUCCEEDED of each execution (only the SUCCEEDED with ``--no-started``, as
 an executor publishes a run that ends without waiting), in transactions of
 ``--per-transaction`` executions, with a punctuation (an empty due scan, and a collection of
-fired entries unless ``--no-collect``) every ``--per-punctuation`` results. Store
-transactions are prepared to a changelog that drops the records and flushed to RocksDB, so
-the store side of the commit is counted; producing to Kafka is not. Prints CPU per
-execution of the results phase, main thread only (no librdkafka here, no RocksDB
-compactions).
+fired entries unless ``--no-collect``) every ``--per-punctuation`` results. Results are
+applied in runs of ``--run-size`` records sharing one scope (one clock reading), their states
+read ahead in one multi-get where the tree has ``prefetch``, as ``TimerHooks.on_records``
+applies a consumed batch's records of one partition (1,000 records over 12 partitions: ~80);
+the default, 1, is one scope per record. Punctuations and commits fall between runs, after
+the run that reaches their count. Store transactions are prepared to a changelog that counts
+and drops the records and flushed to RocksDB, so the store side of the commit is counted;
+producing to Kafka is not. Prints, for the results phase, CPU per execution, main thread
+only (no librdkafka here, no RocksDB compactions), and changelog records per execution (each
+one a produce: librdkafka and broker work that this process does not count).
 
 With ``--baseline-root`` the same runs alternate with a child on that tree, for a ratio.
 """
@@ -26,16 +31,18 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 _T0 = 1_790_000_000_000
 
 
-class _DroppedChangelog:
+class _CountedChangelog:
+    def __init__(self) -> None:
+        self.records = 0
+
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
     ) -> None:
-        pass
+        self.records += 1
 
 
 class _Stores:
@@ -46,6 +53,7 @@ class _Stores:
 
         self.jobs_store = PartitionStore(folder / "jobs", 0, "bench.changelog.jobs")
         self.wheel_store = PartitionStore(folder / "wheel", 0, "bench.changelog.wheel")
+        self.changelog = _CountedChangelog()
         self.offset = 0
         self.begin()
 
@@ -55,7 +63,7 @@ class _Stores:
 
     def commit(self) -> None:
         for txn in (self.jobs, self.wheel):
-            txn.prepare(_DroppedChangelog())
+            txn.prepare(self.changelog)
             self.offset += 1
             txn.flush(self.offset)
         self.begin()
@@ -65,8 +73,9 @@ class _Stores:
         self.wheel_store.close()
 
 
-def replay(args: argparse.Namespace) -> dict[str, float]:
-    """Take in, fire and finish ``args.jobs`` one-offs; CPU seconds per execution by phase."""
+def replay(args: argparse.Namespace) -> tuple[float, float]:
+    """Take in, fire and finish ``args.jobs`` one-offs; CPU seconds and changelog records
+    per execution of the results phase."""
     from services.timer.drain import drain_due
     from services.timer.inputs import handle_input
     from services.timer.pacing import DrainPacer
@@ -83,7 +92,6 @@ def replay(args: argparse.Namespace) -> dict[str, float]:
     env = TimerEnv.from_settings(settings, codec)
     folder = Path(tempfile.mkdtemp(prefix="bench-timer-results-"))
     stores = _Stores(folder)
-    out: list[Any] = []
 
     def scope(now_ms: int) -> Scope:
         return Scope(env, stores.jobs, stores.wheel, lambda *record: None, now_ms)
@@ -127,10 +135,20 @@ def replay(args: argparse.Namespace) -> dict[str, float]:
         pacer = DrainPacer(1_000, 250, 20_000)  # the full collection rate (not busy)
         collect_from = b""
         now_ms = _T0 + 1_000
+        topic = env.results_topic
+        per_commit = args.per_transaction * len(statuses)  # records
+        stores.changelog.records = 0
         started = time.thread_time()  # RocksDB's background threads excluded
-        for index, (key, value) in enumerate(results, 1):
-            handle_input(scope(now_ms), env.results_topic, 0, index, key, value)
-            if index % args.per_punctuation == 0:
+        for start in range(0, len(results), args.run_size):
+            run = results[start : start + args.run_size]
+            run_scope = scope(now_ms)
+            prefetch = getattr(run_scope.jobs, "prefetch", None)  # as TimerHooks.on_records
+            if prefetch is not None and len(run) > 1:
+                prefetch([key for key, _ in run])
+            for offset, (key, value) in enumerate(run, start + 1):
+                handle_input(run_scope, topic, 0, offset, key, value)
+            end = start + len(run)
+            if end // args.per_punctuation > start // args.per_punctuation:
                 now_ms += 10
                 punctuation = scope(now_ms)
                 drain_due(punctuation, 1_000, collect=False)
@@ -138,12 +156,11 @@ def replay(args: argparse.Namespace) -> dict[str, float]:
                     limit = pacer.collect_limit(now_ms)
                     count, collect_from = collect_fired(punctuation, limit, collect_from)
                     pacer.collected(count)
-            if index % (args.per_transaction * len(statuses)) == 0:
+            if end // per_commit > start // per_commit:
                 stores.commit()
         stores.commit()
         results_s = time.thread_time() - started
-        del out
-        return {"results_us": results_s / args.jobs * 1e6}
+        return results_s / args.jobs, stores.changelog.records / args.jobs
     finally:
         stores.close()
         shutil.rmtree(folder)
@@ -154,6 +171,7 @@ def _pattern_args(args: argparse.Namespace) -> list[str]:
         f"--jobs={args.jobs}",
         f"--per-transaction={args.per_transaction}",
         f"--per-punctuation={args.per_punctuation}",
+        f"--run-size={args.run_size}",
     ]
     return flags + ["--no-started"] * args.no_started + ["--no-collect"] * args.no_collect
 
@@ -163,14 +181,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--per-transaction", type=int, default=2_000, help="executions")
     parser.add_argument("--per-punctuation", type=int, default=200, help="results")
+    parser.add_argument("--run-size", type=int, default=1, help="results per scope")
     parser.add_argument("--no-started", action="store_true")
     parser.add_argument("--no-collect", action="store_true")
     parser.add_argument("--baseline-root", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.run_size < 1:
+        parser.error("--run-size must be at least 1")
     if args.child:
-        print(f"results path {replay(args)['results_us']:.2f} us CPU per execution")
+        cpu_s, records = replay(args)
+        per_execution = f"{cpu_s * 1e6:.2f} us CPU, {records:.3f} changelog records"
+        print(f"results path {per_execution} per execution")
         return
     print(f"{' '.join(_pattern_args(args))}, load {os.getloadavg()[0]:.1f}")
     from bench.ab import compare_trees  # here: a child runs with the other tree's bench
