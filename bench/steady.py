@@ -2,6 +2,9 @@
 
 Run: ``.venv/bin/python -m bench.steady [--rate 2000] [--duration-s 60] [--fire-ahead-ms 200]``
 (``--fire-ahead-ms 0`` fires nothing early: the timer's behaviour before fire-ahead).
+``--baseline-root DIR --repeat N`` alternates runs of this checkout's timer and DIR's (e.g.
+``git archive HEAD | tar -x -C DIR``), N each, after one raw pipe measurement;
+``--profile x.svg`` runs py-spy on the timer during the window.
 
 Issue 3's target: 2K jobs/s coming due for 60 s, lateness p50 <= 10 ms and p99 <= 50 ms.
 All ``rate * duration`` one-offs (handler ``examples.noop``, no jitter, so ``fire_at`` =
@@ -24,12 +27,15 @@ is deleted at the end.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from bench.ab import add_ab_options, alternating
 from bench.e2e_herd import (
     CODEC,
     EXECUTOR_ENV,
@@ -39,7 +45,9 @@ from bench.e2e_herd import (
     wait_until_serving,
 )
 from bench.herd import (
+    ROOT,
     DueReader,
+    Profiler,
     TimerProcess,
     add_env_options,
     bench_settings,
@@ -72,6 +80,9 @@ class SteadyOptions:
     fire_ahead_ms: int = 200
     timer_env: dict[str, str] | None = None
     executor_env: dict[str, str] | None = None
+    timer_root: Path = ROOT  # whose timer runs: this checkout or a baseline tree
+    label: str = ""  # printed before the figures (e.g. "baseline ")
+    profile: Path | None = None  # py-spy the timer during the window to this file
 
 
 @dataclass
@@ -83,10 +94,13 @@ class Measured:
     cpu: dict[str, float]
 
 
-def run_steady(bootstrap: str, options: SteadyOptions) -> None:
+def run_steady(
+    bootstrap: str, options: SteadyOptions, raw_produce_per_s: float | None = None
+) -> None:
+    """One steady run in a fresh namespace (deleted after); measures the raw pipe unless given."""
     jobs = int(options.rate * options.duration_s)
-    pipe = measure_pipe(bootstrap, max(jobs, 100_000))
-    print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
+    if raw_produce_per_s is None:
+        raw_produce_per_s = _raw_produce_per_s(bootstrap, jobs)
     settings = bench_settings(bootstrap, "steady", options.partitions)
     namespace, state_dir = settings.namespace, settings.state_dir
     try:
@@ -101,7 +115,13 @@ def run_steady(bootstrap: str, options: SteadyOptions) -> None:
     finally:
         delete_namespace(bootstrap, namespace)
         shutil.rmtree(state_dir, ignore_errors=True)
-    report(measured, jobs, options, pipe.produce_per_s)
+    report(measured, jobs, options, raw_produce_per_s)
+
+
+def _raw_produce_per_s(bootstrap: str, jobs: int) -> float:
+    pipe = measure_pipe(bootstrap, max(jobs, 100_000))
+    print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
+    return pipe.produce_per_s
 
 
 def _fire_steadily(
@@ -114,8 +134,10 @@ def _fire_steadily(
     timer_env = {"KAFKRON_TIMER_FIRE_AHEAD_MS": str(options.fire_ahead_ms)}
     timer_env.update(options.timer_env or {})
     timer = TimerProcess(settings, "steady-timer-0", settings.state_dir, **timer_env)
+    timer.root = options.timer_root
     executor_env = {**EXECUTOR_ENV, **(options.executor_env or {})}
     executor = ExecutorChild(settings, "steady-executor-0", settings.state_dir, **executor_env)
+    profiler: Profiler | None = None
     try:
         timer.start()
         executor.start()
@@ -148,6 +170,8 @@ def _fire_steadily(
         broker = local_broker_pid()
         pids = {"timer": timer.pid, "executor": executor.pid, "broker": broker}
         before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+        if options.profile is not None:
+            profiler = Profiler(timer.pid, options.profile)
         deadline = time.monotonic() + jobs / rate + 120
         # One SUCCEEDED each (decoded only once that many results are here): a run has a
         # STARTED too only if it still waited at a commit.
@@ -164,10 +188,15 @@ def _fire_steadily(
             due_reader.poll(_READ_POLL_S)
             results.poll(0.0)
         after = {name: process_cpu_s(pid) for name, pid in pids.items()}
+        if profiler is not None:
+            profiler.stop()
+            profiler = None
         cpu = {f"{name}_s": after[name] - before[name] for name in pids}
         cpu["timer_rss_mb"] = timer.peak_rss_mb()
         cpu["executor_rss_mb"] = executor.peak_rss_mb()
     finally:
+        if profiler is not None:
+            profiler.stop()
         executor.stop()
         timer.stop()
     events = [e for e in due_reader.events() if e["job_id"].startswith(PREFIX)]
@@ -193,6 +222,8 @@ def report(measured: Measured, jobs: int, options: SteadyOptions, raw_produce_pe
     started = [r for r in results if r["status"] == "SUCCEEDED"]  # each says when it started
     starts = Counter(r["execution_id"] for r in started)
     rate = options.rate
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"{options.label}timer from {options.timer_root}; load average {load}")
     print(
         f"steady: {rate:,} jobs/s for {jobs / rate:.0f} s, fire-ahead {options.fire_ahead_ms} "
         f"ms; {len(fired):,} of {jobs:,} fired, {sum(n - 1 for n in fired.values())} repeated; "
@@ -236,6 +267,8 @@ def main() -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--partitions", type=int, default=12)
     add_env_options(parser, "timer", "executor")
+    add_ab_options(parser, "timer", "runs")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy the timer to this .svg")
     args = parser.parse_args()
     options = SteadyOptions(
         rate=args.rate,
@@ -244,8 +277,17 @@ def main() -> None:
         fire_ahead_ms=args.fire_ahead_ms,
         timer_env=parse_env(args.timer_env),
         executor_env=parse_env(args.executor_env),
+        profile=args.profile,
     )
-    run_steady(args.bootstrap, options)
+    sides = [options]
+    if args.baseline_root is not None:
+        profile = args.profile and args.profile.with_stem(f"{args.profile.stem}-baseline")
+        root = args.baseline_root.resolve()
+        sides.append(replace(options, timer_root=root, label="baseline ", profile=profile))
+    raw_produce_per_s = _raw_produce_per_s(args.bootstrap, int(args.rate * args.duration_s))
+    for run, side in alternating(sides, args.repeat):
+        print(f"--- run {run + 1}/{args.repeat}: {side.label or 'this tree'}", flush=True)
+        run_steady(args.bootstrap, side, raw_produce_per_s)
 
 
 if __name__ == "__main__":

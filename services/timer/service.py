@@ -4,9 +4,10 @@ Group ``<namespace>timer`` consumes the co-partitioned ``jobs``, ``job-results``
 ``retry``. Each partition has two RocksDB stores, restored from their changelogs before the
 partition processes anything: ``jobs`` (per-job state, key job id) and ``wheel`` (the timing
 wheel, keys in fire-time order). Every punctuation drains the partition's due entries in a
-bounded batch and asks for a commit right away when it emitted and caught up, so fires
-reach the due topics within a punctuation interval plus one transaction commit; while a hot
-second is still draining, its fires commit together every ``backlog_commit_interval_ms``.
+bounded batch and, when it emitted and caught up, asks for a commit within
+``trickle_commit_interval_ms`` capped at half of ``fire_ahead_ms`` (at once without
+fire-ahead; ``pacing.py``), so fires reach the due topics before their fire time; while a
+hot second is still draining, its fires commit together every ``backlog_commit_interval_ms``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 from services.timer.drain import drain_due
 from services.timer.inputs import handle_input
-from services.timer.pacing import DrainPacer
+from services.timer.pacing import DrainPacer, trickle_commit_ms
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
 from services.timer.wheel import collect_fired
@@ -68,6 +69,10 @@ class TimerHooks:
                 )
             return
         scope = self._scope(ctx, _now_ms())
+        # Every record reads its job's state: one multi-get for the run (~1 us less per key).
+        prefetch = getattr(scope.jobs, "prefetch", None)
+        if prefetch is not None and len(records) > 1:
+            prefetch([key for record in records if (key := record.key()) is not None])
         for record in records:
             handle_input(scope, topic, partition, record.offset(), record.key(), record.value())
 
@@ -135,6 +140,9 @@ def build_processor(settings: TimerSettings, env: TimerEnv | None = None) -> Pro
                 settings.backlog_commit_interval_ms,
                 settings.collect_per_s,
                 busy_inputs=settings.consume_batch_size,
+                trickle_commit_ms=trickle_commit_ms(
+                    settings.trickle_commit_interval_ms, settings.fire_ahead_ms
+                ),
             ),
         ),
         options,

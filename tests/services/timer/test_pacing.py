@@ -1,15 +1,22 @@
 """Commit and collection pacing of the timer, and the bulk output path of the drain.
 
 Pure logic: the pacer is driven by an explicit clock; the drain runs on the in-memory fakes
-of ``test_timer_logic``.
+of ``test_timer_logic``. One run of the real timer against the broker checks that without
+fire-ahead the trickle commit waits for nothing.
 """
 
 from __future__ import annotations
 
+import pytest
+
+from bench.herd import DueReader, job_record, now_ms, produce_jobs, wait_until_live
 from services.timer.drain import drain_due
-from services.timer.pacing import RESCAN_MS, DrainPacer
+from services.timer.pacing import RESCAN_MS, DrainPacer, trickle_commit_ms
 from services.timer.scope import Scope
+from services.timer.settings import TimerSettings
 from services.timer.wheel import WATERMARK_KEY, collect_fired, watermark
+from streams.settings import KafkaSettings
+from tests.services.timer.test_timer_kafka import _timer_on_thread
 from tests.services.timer.test_timer_logic import T0, Timer, cron_job, one_off
 
 
@@ -22,6 +29,30 @@ def test_caught_up_drain_commits_now_and_a_backlog_commits_within_the_interval()
     # The partition that was behind drained exactly its last batch: commit it now.
     assert pacer.commit_within_ms(1, 0) == 0
     assert pacer.commit_within_ms(1, 0) is None
+
+
+def test_a_trickle_waits_for_the_trickle_commit_but_a_drained_backlog_commits_now() -> None:
+    pacer = DrainPacer(
+        100, backlog_commit_interval_ms=250, collect_per_s=1_000, trickle_commit_ms=50
+    )
+    assert pacer.commit_within_ms(0, 0) is None
+    assert pacer.commit_within_ms(0, 7) == 50  # fired ahead: the next rounds share a commit
+    assert pacer.commit_within_ms(1, 100) == 250  # a backlog still lets its transaction grow
+    # The round that drains the rest of a backlog commits at once, fired or not: its fires
+    # are late already.
+    assert pacer.commit_within_ms(1, 3) == 0
+    assert pacer.commit_within_ms(1, 3) == 50  # caught up: a trickle again
+    pacer.commit_within_ms(2, 100)
+    assert pacer.commit_within_ms(2, 0) == 0
+
+
+def test_the_trickle_commit_waits_at_most_half_of_the_fire_ahead() -> None:
+    assert trickle_commit_ms(25, 200) == 25
+    assert trickle_commit_ms(150, 200) == 100  # half of the head start left for the commit
+    assert trickle_commit_ms(50, 60) == 30
+    assert trickle_commit_ms(50, 0) == 0  # no fire-ahead: fires commit every round, as before
+    assert trickle_commit_ms(50, 1) == 0
+    assert trickle_commit_ms(0, 200) == 0  # turned off
 
 
 def test_collection_waits_while_any_partition_is_behind_and_is_rate_limited() -> None:
@@ -122,3 +153,35 @@ def test_collection_slows_to_a_trickle_while_inputs_wait() -> None:
     never.busy(0)
     never.note_inputs(10_000)
     assert not never.busy(0)  # no threshold: never busy
+
+
+@pytest.mark.kafka
+def test_without_fire_ahead_a_trickle_commits_every_round_whatever_the_trickle_interval(
+    topics: KafkaSettings,
+) -> None:
+    """Fire-ahead 0 leaves no head start to wait in: fires are visible at once, as before."""
+    settings = TimerSettings(
+        kafka=topics,
+        instance_id="timer-pacing",
+        fire_ahead_ms=0,
+        trickle_commit_interval_ms=5_000,
+        commit_interval_ms=30_000,
+    )
+    reader = DueReader(topics)
+    try:
+        with _timer_on_thread(settings):
+            wait_until_live(topics, reader)
+            before = len(reader.values)
+            created = now_ms()
+            jobs = [
+                job_record(f"trickle-{i:02d}", created, run_at_ms=created + 2_000 + 100 * i)
+                for i in range(20)
+            ]
+            produce_jobs(topics, jobs)
+            reader.read_until(before + len(jobs), timeout_s=20)
+        events = [e for e in reader.events() if e["job_id"].startswith("trickle-")]
+    finally:
+        reader.close()
+    visible = sorted(e["read_at_ms"] - e["fire_at_ms"] for e in events)
+    print(f"\nvisible lateness ms, fire-ahead 0, trickle interval 5 s: {visible}")
+    assert len(events) == len(jobs) and visible[-1] < 2_000  # far below the 5 s
