@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -41,3 +42,14 @@ def compare_trees(
             command, cwd=root, env=env, capture_output=True, text=True, check=True
         )
         print(f"run {run + 1} {label:9}: {done.stdout.strip()}")
+
+
+def add_ab_options(parser: argparse.ArgumentParser, process: str, runs: str) -> None:
+    """``--baseline-root DIR`` (also run ``process`` from that checkout, alternating) and
+    ``--repeat N`` (``runs`` per checkout)."""
+    parser.add_argument(
+        "--baseline-root", type=Path, default=None,
+        help=f"also run the {process} of this checkout (e.g. `git archive HEAD | tar -x -C "
+        "DIR`), alternating with this one's, for a same-run A/B",
+    )  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, help=f"{runs} per checkout")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.ab import add_ab_options
 from bench.herd import ROOT, _delete_namespace
 from bench.pipe import PipeFigures, measure_pipe
 from streams.admin import ensure_topics
@@ -302,14 +303,7 @@ def main() -> None:
         help="the checkout whose executor is measured (default: this one); e.g. a `git "
         "archive` of HEAD with this checkout's services/executor copied over it",
     )  # fmt: skip
-    parser.add_argument(
-        "--repeat", type=int, default=1, help="run each scenario (and its baseline) N times"
-    )
-    parser.add_argument(
-        "--baseline-root", type=Path, default=None,
-        help="also run each scenario with the executor of this checkout (e.g. a `git archive` "
-        "of an older commit), interleaved, for a same-run A/B ratio",
-    )  # fmt: skip
+    add_ab_options(parser, "executor", "runs of each scenario")
     args = parser.parse_args()
     pipe = measure_pipe(args.bootstrap, args.events)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")

@@ -40,7 +40,7 @@ from typing import Any, Self
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from bench.ab import alternating
+from bench.ab import add_ab_options, alternating
 from bench.committed import StableOffsetWatch, first_time_past
 from bench.pipe import measure_pipe
 from streams.admin import ensure_topics
@@ -615,12 +615,7 @@ def main() -> None:
     parser.add_argument("--idle", action="store_true", help="py-spy --idle (waits too)")
     parser.add_argument("--keep-log", type=Path, default=None, help="copy the timer log here")
     add_env_options(parser, "timer")
-    parser.add_argument(
-        "--baseline-root", type=Path, default=None,
-        help="also run the timer of this checkout (e.g. `git archive HEAD | tar -x -C DIR`), "
-        "alternating with this one's, for a same-run A/B",
-    )  # fmt: skip
-    parser.add_argument("--repeat", type=int, default=1, help="herds per timer checkout")
+    add_ab_options(parser, "timer", "herds")
     parser.add_argument(
         "--lso-interval-ms", type=int, default=20, help="how often the due topics' LSOs are polled"
     )
