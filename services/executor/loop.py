@@ -144,6 +144,11 @@ class ExecutorLoop:
         """Consumed records waiting in the lane buffers."""
         return len(self._buffers)
 
+    @property
+    def held(self) -> int:
+        """Records held until their ``fire_at_ms`` now."""
+        return 0 if self._holds is None else len(self._holds)
+
     def produce_in_transaction(self, topic: str, *, key: bytes, value: bytes) -> None:
         """Produce inside the open transaction (``kafka`` handlers: exactly-once output)."""
         self._producer.produce(topic, key, value)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from services.executor.assignment import Token
+from services.executor.context import HandlerContext
 from services.executor.due_view import DueReader, DueView
 from services.executor.holds import HeldRun, Holds
 from services.executor.lane_buffers import LaneBuffers
@@ -195,6 +196,43 @@ def test_a_future_event_starts_at_its_fire_at_and_its_deadline_starts_then(
         lateness_ms = starts[execution]["started_at_ms"] - event["fire_at_ms"]
         assert 0 <= lateness_ms <= 300, (execution, lateness_ms)
     assert stats.held == 12  # the past ones ran when read
+
+
+@pytest.mark.kafka
+def test_max_held_stops_taking_records_until_held_runs_start(
+    topics: KafkaSettings, reader: TopicReader, calls: Calls
+) -> None:
+    """While ``max_held`` events are held the executor takes no more (it stops consuming,
+    then pauses every lane after ``lane_pause_after_ms``); the rest come in once held runs
+    start, and every run still starts at its fire_at."""
+    executor = start_executor(
+        topics, calls, max_held=10, consume_batch_size=4, lane_pause_after_ms=300
+    )
+    seen: list[int] = []
+
+    async def watch(ctx: HandlerContext) -> None:
+        seen.append(executor.loop.held)
+
+    executor.registry.register("tests.watch", watch)
+    try:
+        base = now_ms() + 1_500
+        # Four waves of 10, 0.4 s apart: each wave fills the holds by itself.
+        events = [
+            due_event(f"wave-{i}", base + 400 * (i // 10), handler="tests.watch") for i in range(40)
+        ]
+        produce_due(topics, events)
+        reader.wait_for(lambda r: len(finals(r.results())) == 40, 60, "40 finals")
+    finally:
+        stats = executor.stop()
+    results = reader.results()
+    starts = started(results)
+    for event in events:
+        assert outcomes(results, event["execution_id"]) == [(1, "SUCCEEDED")]
+        assert starts[event["execution_id"]]["started_at_ms"] >= event["fire_at_ms"]
+    assert len(seen) == 40 and max(seen) <= 10 + 4  # max_held + one consumer batch
+    # The first wave was held ~1.5 s: consuming stopped, then every lane was paused. Later
+    # waves came in when held runs started (some after their fire_at: run when read).
+    assert stats.held >= 10 and stats.lane_pauses >= 1
 
 
 @pytest.mark.kafka
