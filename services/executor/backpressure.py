@@ -73,6 +73,9 @@ class Backpressure:
         """The lanes whose partitions to keep paused."""
         return self._blocked if self.pausing(now_s) else frozenset()
 
-    def pause_due_s(self) -> float | None:
-        """Monotonic time at which full lanes get paused (None: nothing blocked)."""
-        return None if self._since_s is None else self._since_s + self._pause_after_s
+    def pause_due_s(self, now_s: float) -> float | None:
+        """Monotonic time at which blocked lanes get paused (None: nothing blocked, or they
+        are paused already): the loop must wake then, and not before for this."""
+        if self._since_s is None or self.pausing(now_s):
+            return None
+        return self._since_s + self._pause_after_s

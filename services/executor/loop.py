@@ -169,6 +169,7 @@ class ExecutorLoop:
             await self._close(consume)
 
     async def _iterate(self, consume: ConsumeFuture | None) -> ConsumeFuture | None:
+        self.iterations = getattr(self, "iterations", 0) + 1
         if self._abort_reason is not None:
             self._abort(self._abort_reason)
         if consume is not None and consume.done():
@@ -251,12 +252,15 @@ class ExecutorLoop:
 
     async def _wait_for_wake(self) -> None:
         if not self._wake.is_set():
+            now = time.monotonic()
             until = self._last_commit + self._interval_s
-            pause_due = self._backpressure.pause_due_s()
-            if pause_due is not None:
-                until = min(until, pause_due, self._next_probe_s)
+            pause_due = self._backpressure.pause_due_s(now)
+            if pause_due is not None:  # blocked, not paused: wake to pause, or to probe
+                until = min(until, pause_due)
+                if self._next_probe_s > now:  # passed: no probe can start (all lanes blocked)
+                    until = min(until, self._next_probe_s)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(until - time.monotonic()):
+                async with asyncio.timeout(until - now):
                     await self._wake.wait()
         self._wake.clear()
 
