@@ -169,7 +169,6 @@ class ExecutorLoop:
             await self._close(consume)
 
     async def _iterate(self, consume: ConsumeFuture | None) -> ConsumeFuture | None:
-        self.iterations = getattr(self, "iterations", 0) + 1
         if self._abort_reason is not None:
             self._abort(self._abort_reason)
         if consume is not None and consume.done():
