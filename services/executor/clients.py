@@ -59,6 +59,7 @@ def open_clients(settings: ExecutorSettings, due_topics: list[str]) -> ExecutorC
     producer = TransactionalProducer(
         kafka, settings.transactional_id(), transaction_timeout_ms=settings.transaction_timeout_ms,
         tracked_topics=[changelog],
+        config_defaults={"compression.type": settings.compression_type},
     )  # fmt: skip
     producer.init()
     instance = settings.worker_id if settings.static_membership else None
@@ -66,7 +67,11 @@ def open_clients(settings: ExecutorSettings, due_topics: list[str]) -> ExecutorC
         producer=producer,
         consumer=create_group_consumer(kafka, group, group_instance_id=instance),
         dedup=DedupStore(
-            group, kafka.state_dir, changelog, retention_ms=settings.dedup_retention_ms
+            group,
+            kafka.state_dir,
+            changelog,
+            retention_ms=settings.dedup_retention_ms,
+            entries_in_index=settings.dedup_entries_in_index,
         ),
         recovery=Recovery(create_restore_consumer(kafka, group), admin),
     )

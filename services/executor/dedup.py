@@ -30,6 +30,43 @@ with a NUL byte). Each commit sweeps expired index records in W order, visiting 
 writes; an id rewritten later is kept (its newer W is indexed again). The deletes are
 changelog tombstones in the commit's Kafka transaction: a restore does not bring them back.
 
+Changelog formats. v2 (``entries_in_index`` False): every entry is its own changelog record
+(key = execution id) and the index record ``\x00t`` + W + chunk lists the ids. v3
+(``entries_in_index`` True): the index record carries the entries and is the only record of
+a commit's entries, so a commit produces one changelog record per partition and 1,000 ids
+(plus the tombstones of the index records it swept); the entries are written to RocksDB
+locally only (:meth:`StoreTransaction.set_local_many`), keyed by id as in v2, so a lookup
+stays one get. A v3 index key has the chunk number's top bit set (no v2 chunk reaches it,
+and its key, not a guess at its value, tells the formats apart); its value is ``\x03``, then
+per id its 2-byte length, the id and the 13-byte entry; W is the key's. A restore applies
+:meth:`DedupStore.expand_changelog_record` to each record: a v3 index record gives itself
+and its entries stored with W, in log order (a later record of an id wins), except entries
+already expired by the restoring executor's clock (W <= now - R; with no retention, all):
+the sweep would delete them; it finds them gone and only tombstones the record. v2 records
+restore as they are (an expired one is swept again, with its per-id tombstone).
+
+Sweeps, per index record in W order: a v3 record's ids still stored with its W are deleted
+locally (no per-id records exist to tombstone; an id rewritten since is its later record's
+to sweep), then the record gets its tombstone. A v2 record's expired ids get per-id
+tombstones, as before. No per-id record may outlive its id, and one would when a v3 write
+rewrote an id that has one (a v3 sweep deletes it without a tombstone). So when a v2
+record's sweep keeps an id rewritten since: a v3 writer gives it a per-id tombstone and
+lists it again with its entry in this commit's index record (produced after the tombstone:
+kept longer, never shorter), and moves unindexed 13-byte entries into the index the same
+way; a v2 writer writes it again (a new per-id record replaces the old) if a v3 commit
+rewrote it (its write time has a v3 index record). Both writers restore and sweep both
+formats, so a partition may move between them in either direction.
+
+Rollout: an executor without the expander restores a v3 changelog without its entries
+(they would run again), so every executor of a group must run code that restores v3 before
+any of them writes it (deploy, then turn ``entries_in_index`` on); turning it off again is
+safe. Known slack: an entry restored from a v3 record whose tombstone follows it in the
+same restore (possible only when the restoring clock is behind the one that swept it) has
+no index record left and stays until its id is written again; it is expired, so it only
+blocks a re-run that retention already allows. Likewise an unindexed 13-byte entry that a
+v3 write rewrites before the move into the index reaches it keeps its per-id record, which
+a restore after the rewrite expired brings back as an old, unexpiring entry.
+
 What expiry gives up: a missing entry lets *any* DueEvent of the execution run (a re-read
 attempt of a RETRY_SCHEDULED, SUCCEEDED or DEAD_LETTER execution, or a REPLAY). That is safe
 while no due record the entry covers can be read again, and a due record is readable at
@@ -52,6 +89,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
+from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -81,6 +119,10 @@ _FORMAT_VERSION = b"\x02"
 _ENTRIES_START, _ENTRIES_END = b"\x01", b"\xff"  # UTF-8 ids never contain 0xff
 _ID_LENGTH = struct.Struct(">H")
 _INDEX_CHUNK_IDS = 1_000  # ids per index record: well under a record's size limit
+_WITH_ENTRIES = 0x8000_0000  # chunk number flag: the index record carries the entries (v3)
+_WITH_ENTRIES_BYTE = 10  # the key's byte holding that flag (the chunk's first)
+_INDEX_KEY_SIZE = len(_INDEX_PREFIX) + _INDEX_SUFFIX.size
+_ENTRIES_VERSION = b"\x03"  # first byte of an index value that carries entries
 _SWEEP_SCAN_RECORDS = 64  # index records read per partition per sweep
 
 RETENTION_MARGIN_MS = 3600 * 1000
@@ -212,6 +254,41 @@ def index_key(written_at_ms: int, chunk: int) -> bytes:
     return _INDEX_PREFIX + _INDEX_SUFFIX.pack(written_at_ms, chunk)
 
 
+def entries_index_key(written_at_ms: int, chunk: int) -> bytes:
+    """The key of one chunk of the entries one commit wrote, carried by the index (v3)."""
+    return _INDEX_PREFIX + _INDEX_SUFFIX.pack(written_at_ms, chunk | _WITH_ENTRIES)
+
+
+def _carries_entries(key: bytes) -> bool:
+    """True for a v3 index key (its value lists ids with their entries)."""
+    return (
+        len(key) == _INDEX_KEY_SIZE
+        and key.startswith(_INDEX_PREFIX)
+        and key[_WITH_ENTRIES_BYTE] >= 0x80
+    )
+
+
+def _encode_entries(ids: list[bytes], entries: list[bytes]) -> bytes:
+    # Per id: its 2-byte length, its bytes and its 13-byte entry (_ENTRY), in C loops.
+    add = operator.add
+    return _ENTRIES_VERSION + b"".join(
+        map(add, map(add, map(_ID_LENGTH.pack, map(len, ids)), ids), entries)
+    )
+
+
+def _decode_entries(raw: bytes) -> list[tuple[bytes, bytes]]:
+    """``(id, 13-byte entry)`` pairs of a v3 index value."""
+    if raw[:1] != _ENTRIES_VERSION:
+        raise ValueError(f"unknown dedup index format {raw[:1]!r}")
+    pairs, i, size = [], 1, _ENTRY.size
+    while i < len(raw):
+        (length,) = _ID_LENGTH.unpack_from(raw, i)
+        start = i + 2 + length
+        pairs.append((raw[i + 2 : start], raw[start : start + size]))
+        i = start + size
+    return pairs
+
+
 def _encode_ids(ids: list[bytes]) -> bytes:
     # Each id as its 2-byte length and its bytes, without a Python call per id.
     return b"".join(map(operator.add, map(_ID_LENGTH.pack, map(len, ids)), ids))
@@ -231,6 +308,9 @@ class DedupStore:
 
     ``retention_ms`` None keeps entries forever (the previous format, unindexed); otherwise
     entries carry their write time and each commit sweeps expired ones (see the module doc).
+    ``entries_in_index`` (with a retention) writes the entries locally only and puts them in
+    the index records, one changelog record per commit and partition (v3); False writes a
+    changelog record per entry (v2). Either restores and sweeps both formats.
     ``clock_ms`` is the wall clock in ms (tests pass their own).
     """
 
@@ -243,11 +323,19 @@ class DedupStore:
         retention_ms: int | None = None,
         sweep_min_ids: int = DEFAULT_SWEEP_MIN_IDS,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        entries_in_index: bool = False,
     ) -> None:
         if retention_ms is not None and retention_ms < 1:
             raise ValueError(f"retention_ms must be >= 1 or None, got {retention_ms}")
-        self.store = Store(STORE_NAME, group_id, state_dir, changelog_topic)
+        self.store = Store(
+            STORE_NAME,
+            group_id,
+            state_dir,
+            changelog_topic,
+            changelog_expander=self.expand_changelog_record,
+        )
         self.retention_ms = retention_ms
+        self.entries_in_index = entries_in_index and retention_ms is not None
         self._sweep_min_ids = sweep_min_ids
         self._clock_ms = clock_ms
         self._pending: dict[int, dict[str, DedupEntry]] = {}  # recorded since the last commit
@@ -288,6 +376,27 @@ class DedupStore:
             self._written.add(partition)
         pending[execution_id] = entry
 
+    def expand_changelog_record(
+        self, key: bytes, value: bytes | None
+    ) -> list[tuple[bytes, bytes | None]] | None:
+        """What a restore writes for one changelog record (None: the record as it is).
+
+        A v3 index record is kept and gives each of its entries, stored with the record's
+        write time, unless that time is past the retention by this executor's clock (the
+        sweep would delete them; it finds them gone and only tombstones the record).
+        """
+        if value is None or not _carries_entries(key):
+            return None
+        (written_at,) = _INDEX_TIME.unpack_from(key, len(_INDEX_PREFIX))
+        if self.retention_ms is not None and written_at <= self._clock_ms() - self.retention_ms:
+            return None
+        suffix = _WRITTEN_AT.pack(written_at)
+        expanded: list[tuple[bytes, bytes | None]] = [(key, value)]
+        expanded += [
+            (execution_id, entry + suffix) for execution_id, entry in _decode_entries(value)
+        ]
+        return expanded
+
     @property
     def dirty(self) -> bool:
         return bool(self._pending) or bool(self._transactions)
@@ -312,39 +421,44 @@ class DedupStore:
                     transaction.set(execution_id.encode(), entry.encode())
                 continue
             budget = self._sweep_min_ids + 2 * len(entries)
-            budget -= self.sweep(partition, transaction, now_ms - self.retention_ms, budget)
+            cutoff_ms = now_ms - self.retention_ms
+            budget -= self.sweep(partition, transaction, cutoff_ms, budget, entries)
             self._index_legacy(partition, transaction, entries, budget)
             self._write_indexed(partition, transaction, entries, now_ms)
         for transaction in self._transactions.values():
             transaction.prepare(producer)  # one ``produce_changelog`` call per partition
 
     def sweep(
-        self, partition: int, transaction: StoreTransaction, cutoff_ms: int, budget: int
+        self,
+        partition: int,
+        transaction: StoreTransaction,
+        cutoff_ms: int,
+        budget: int,
+        relisted: dict[str, DedupEntry] | None = None,
     ) -> int:
         """Delete entries written at or before ``cutoff_ms``, visiting at most ``budget``
-        ids of the time index in write order; returns the ids visited."""
+        ids of the time index in write order; returns the ids visited.
+
+        ``relisted``: where a v2 record's ids that were rewritten since (by a v3 write, or by
+        any write when this store writes v3) go, with their entries, to be written again by
+        this commit, so that no per-id record outlives its id (see the module doc).
+        """
         if cutoff_ms < 0:
             return 0
         end = _INDEX_PREFIX + _INDEX_TIME.pack(cutoff_ms + 1)
-        visited, stored = 0, transaction.store
+        visited = 0
         for key, value in transaction.iter_range(_INDEX_PREFIX, end, _SWEEP_SCAN_RECORDS):
             if visited >= budget:
                 break
-            ids = _decode_ids(value)
+            carries = _carries_entries(key)
+            ids = [i for i, _ in _decode_entries(value)] if carries else _decode_ids(value)
             cursor_key, start = self._sweep_cursor.get(partition, (key, 0))
             start = start if cursor_key == key else 0
             stop = min(len(ids), start + budget - visited)
-            for entry_key in ids[start:stop]:
-                # The committed value: this commit's own writes come after the sweep. A
-                # later rewrite is listed again under its own, later time; the previous
-                # format (no time) is indexed separately.
-                raw = stored.get(entry_key)
-                if (
-                    raw is not None
-                    and len(raw) == _ENTRY_SIZE
-                    and _WRITTEN_AT.unpack_from(raw, _ENTRY.size)[0] <= cutoff_ms
-                ):
-                    transaction.delete(entry_key)
+            if carries:
+                self._sweep_entries(transaction, key, ids[start:stop])
+            else:
+                self._sweep_ids(transaction, ids[start:stop], cutoff_ms, relisted)
             visited += stop - start
             if stop < len(ids):
                 self._sweep_cursor[partition] = (key, stop)
@@ -352,6 +466,53 @@ class DedupStore:
             transaction.delete(key)
             self._sweep_cursor.pop(partition, None)
         return visited
+
+    @staticmethod
+    def _sweep_entries(transaction: StoreTransaction, key: bytes, ids: list[bytes]) -> None:
+        """Delete, locally only, the ids of a v3 record still as it wrote them: they have no
+        per-id changelog records, and a rewritten one is its later record's to sweep."""
+        written_at = key[len(_INDEX_PREFIX) : len(_INDEX_PREFIX) + _WRITTEN_AT.size]
+        get = transaction.store.get  # committed: this commit's own writes come after
+        gone = []
+        for entry_key in ids:
+            raw = get(entry_key)
+            if raw is not None and raw[_ENTRY.size :] == written_at:
+                gone.append((entry_key, None))
+        transaction.set_local_many(gone)
+
+    def _sweep_ids(
+        self,
+        transaction: StoreTransaction,
+        ids: list[bytes],
+        cutoff_ms: int,
+        relisted: dict[str, DedupEntry] | None,
+    ) -> None:
+        """Delete, with changelog tombstones, the ids of a v2 record written at or before
+        ``cutoff_ms``; put the kept ones whose per-id record would outlive them in
+        ``relisted``."""
+        get = transaction.store.get
+        for entry_key in ids:
+            # The committed value: this commit's own writes come after the sweep. A later
+            # rewrite is listed again under its own, later time; the previous format (no
+            # time) is indexed separately.
+            raw = get(entry_key)
+            if raw is None:
+                continue
+            at_ms = written_at_ms(raw)
+            if at_ms is not None and at_ms <= cutoff_ms:
+                transaction.delete(entry_key)
+            elif relisted is None:
+                continue
+            elif self.entries_in_index:
+                # Rewritten since, maybe by a v3 write (no per-id record): its per-id record
+                # would outlive it. The tombstone goes before this commit's index record,
+                # which lists the entry again (kept longer, never shorter).
+                transaction.delete(entry_key)
+                relisted.setdefault(entry_key.decode(), DedupEntry.decode(raw))
+            elif at_ms is not None and transaction.get(entries_index_key(at_ms, 0)) is not None:
+                # Rewritten by a v3 write: this v2 writer writes it again as a per-id record,
+                # which replaces the old one on the compacted changelog.
+                relisted.setdefault(entry_key.decode(), DedupEntry.decode(raw))
 
     def _index_legacy(
         self,
@@ -370,6 +531,8 @@ class DedupStore:
         items = transaction.iter_range(start, _ENTRIES_END, budget)
         for key, raw in items:
             if len(raw) == _ENTRY.size:
+                if self.entries_in_index:
+                    transaction.delete(key)  # its per-id record goes before the index record
                 entries.setdefault(key.decode(), DedupEntry.decode(raw))
         if len(items) < budget:
             transaction.set(_FORMAT_KEY, _FORMAT_VERSION)
@@ -389,10 +552,24 @@ class DedupStore:
         if not entries:
             return
         written_at = max(now_ms, self._last_written_at.get(partition, now_ms - 1) + 1)
-        while transaction.get(index_key(written_at, 0)) is not None:  # another owner's
+        while (  # another owner's
+            transaction.get(index_key(written_at, 0)) is not None
+            or transaction.get(entries_index_key(written_at, 0)) is not None
+        ):
             written_at += 1
         self._last_written_at[partition] = written_at
-        ids = [execution_id.encode() for execution_id in entries]
+        ids = list(map(str.encode, entries))
+        if self.entries_in_index:
+            pack = _ENTRY.pack
+            raw = [pack(p._value_, attempt, mark) for p, attempt, mark in entries.values()]
+            suffix = _WRITTEN_AT.pack(written_at)
+            stored = map(operator.add, raw, repeat(suffix))  # encode_at
+            transaction.set_local_many(zip(ids, stored, strict=False))
+            for chunk, first in enumerate(range(0, len(ids), _INDEX_CHUNK_IDS)):
+                last = first + _INDEX_CHUNK_IDS
+                value = _encode_entries(ids[first:last], raw[first:last])
+                transaction.set(entries_index_key(written_at, chunk), value)
+            return
         set_value, pack = transaction.set, _STORED.pack
         for key, (progress, attempt, replay_mark) in zip(ids, entries.values(), strict=True):
             set_value(key, pack(progress._value_, attempt, replay_mark, written_at))  # encode_at

@@ -108,8 +108,16 @@ class ExecutorSettings(BaseSettings):
     # start-up). The default fits the due topics kafkron creates (7 d + 1 h + 1 h); lower
     # the due topics' retention.ms / segment.ms to shrink the store.
     dedup_retention_ms: int = Field(default=DEFAULT_DEDUP_RETENTION_MS, ge=60_000)
+    # One dedup changelog record per commit and partition, carrying the commit's entries
+    # (format v3), instead of one per execution (v2). Executors older than this format
+    # restore a v3 changelog without its entries (their executions would run again): to
+    # upgrade a group that runs them, deploy with False first, then turn it on. Both
+    # settings restore and sweep both formats, so turning it off is safe.
+    dedup_entries_in_index: bool = True
     # group.instance.id = worker_id: a restart within the session keeps its partitions.
     static_membership: bool = False
+    # Compression of everything the executor produces (librdkafka compression.type).
+    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
 
     @field_validator("lane_max_passes")
     @classmethod

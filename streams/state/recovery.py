@@ -13,6 +13,8 @@ them near the end of one interleaved read: with N partitions the first is ready 
 1/N of the whole restore. Restores with little left to read (a store kept on disk that only
 catches up) are started together regardless of that bound. A restore writes without the
 RocksDB write-ahead log and flushes when it finishes (see :meth:`PartitionStore.write`).
+A store with a changelog expander restores each record as what its expander makes of it
+(see :class:`Store`).
 """
 
 from __future__ import annotations
@@ -267,10 +269,17 @@ class Recovery:
                 raise operation_error("changelog restore", KafkaException(error))
             key = (message.topic() or "", message.partition() or 0)
             record_key = message.key()
-            if key not in self._active or record_key is None:
+            restore = self._active.get(key)
+            if restore is None or record_key is None:
                 continue
             updates, _, count = batches.get(key, ({}, -1, 0))
-            updates[record_key] = message.value()  # None is a tombstone: delete
+            value = message.value()  # None is a tombstone: delete
+            expand = restore.store.changelog_expander
+            expanded = None if expand is None else expand(record_key, value)
+            if expanded is None:
+                updates[record_key] = value
+            else:
+                updates.update(expanded)  # in order: a later write of a key wins
             batches[key] = (updates, message.offset() or 0, count + 1)
         for key, (updates, last_offset, count) in batches.items():
             restore = self._active[key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rocksdict import WriteBufferManager
@@ -12,9 +13,17 @@ from streams.state.partition import PartitionStore
 
 DEFAULT_MEMTABLE_BUDGET_BYTES = 64 << 20
 
+ChangelogExpander = Callable[[bytes, bytes | None], Iterable[tuple[bytes, bytes | None]] | None]
+"""What one changelog record ``(key, value)`` restores as: the ``(key, value)`` pairs to
+write (None deletes), in order; None for the record itself. For stores whose records carry
+keys written locally only (see :meth:`StoreTransaction.set_local_many`)."""
+
 
 class Store:
-    """Opens, finds and closes the partitions of one store under ``state_dir/<group>/<name>``."""
+    """Opens, finds and closes the partitions of one store under ``state_dir/<group>/<name>``.
+
+    ``changelog_expander``, when given, is what a restore applies for each changelog record.
+    """
 
     def __init__(
         self,
@@ -23,8 +32,10 @@ class Store:
         state_dir: Path,
         changelog_topic: str,
         memtable_budget_bytes: int = DEFAULT_MEMTABLE_BUDGET_BYTES,
+        changelog_expander: ChangelogExpander | None = None,
     ) -> None:
         self.name = name
+        self.changelog_expander = changelog_expander
         self.changelog_topic = changelog_topic
         self.path = state_dir / group / name
         self._partitions: dict[int, PartitionStore] = {}

@@ -4,19 +4,33 @@ Life of a transaction: STARTED (reads and writes) -> ``prepare()`` produces ever
 to the changelog -> PREPARED -> after the Kafka commit, ``flush(offset)`` writes the keys and
 the changelog offset in one WriteBatch -> COMMITTED. Any error on the way leaves it FAILED,
 and a FAILED transaction refuses every further call: its writes are dropped.
+
+Local-only writes (:meth:`StoreTransaction.set_local_many`) are for keys a restore derives
+from other changelog records (the store's changelog expander, see
+:class:`~streams.state.store.Store`): they go to the WriteBatch and are seen by ``get`` and
+``iter_range``, but ``prepare`` does not produce them. The rule per key: the changelog gets
+the key's last ``set``/``delete`` of the transaction (none if it only had local writes), the
+store gets its last write of any kind. So a ``set``/``delete`` after a local write makes the
+key an ordinary changelogged write, and a local write after a ``set``/``delete`` keeps that
+changelog record (in its place) while the store takes the local value: the caller's
+expanding record, produced later, restores it. A transaction that produced nothing flushes
+without moving the stored changelog offset.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
+from itertools import filterfalse
 from typing import Protocol
 
 from streams.state.exceptions import TransactionStateError
 from streams.state.partition import PartitionStore
 
+_KEY_TYPES = frozenset({bytes})
+_VALUE_TYPES = frozenset({bytes, type(None)})
 _MAX_CACHED_READS = 4096
 """Stored values a transaction remembers (then it starts over): ~1 MiB of timer states."""
 
@@ -64,6 +78,13 @@ class StoreTransaction:
         # The smallest key written: a range scan ending at or below it has no pending
         # writes to merge (a timer's due scan while it takes in far-future jobs).
         self._low_key: bytes | None = None
+        # Local-only writes: keys written only locally, and for keys written locally after a
+        # set/delete, the changelog value of that set/delete. ``_has_local`` is the one
+        # check ``set`` and ``delete`` pay while there are none.
+        self._has_local = False
+        self._local: set[bytes] = set()
+        self._changelog_values: dict[bytes, bytes | None] = {}
+        self._produced = False
 
     @property
     def dirty(self) -> bool:
@@ -109,6 +130,9 @@ class StoreTransaction:
         updates = self._updates
         if key not in updates:
             self._new_keys.append(key)
+        elif self._has_local:
+            self._local.discard(key)
+            self._changelog_values.pop(key, None)
         updates[key] = value
         if self._low_key is None or key < self._low_key:
             self._low_key = key
@@ -119,9 +143,47 @@ class StoreTransaction:
         updates = self._updates
         if key not in updates:
             self._new_keys.append(key)
+        elif self._has_local:
+            self._local.discard(key)
+            self._changelog_values.pop(key, None)
         updates[key] = None
         if self._low_key is None or key < self._low_key:
             self._low_key = key
+
+    def set_local_many(self, items: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write (value) or delete (None) each key in the store only: ``prepare`` does not
+        produce it, unless a ``set``/``delete`` of the key in this transaction comes before
+        (that record is produced) or after it (see the module doc)."""
+        self._check(TransactionStatus.STARTED)
+        items = list(items)
+        if not items:
+            return
+        keys = [key for key, _ in items]
+        # Checked here, not at flush (after the Kafka commit); types only, in C loops.
+        if not set(map(type, keys)) <= _KEY_TYPES or not (
+            set(map(type, [value for _, value in items])) <= _VALUE_TYPES
+        ):
+            self.status = TransactionStatus.FAILED
+            raise TypeError("keys and values of local writes are bytes (or None: delete)")
+        self._has_local = True
+        updates, local = self._updates, self._local
+        if updates.keys().isdisjoint(keys):  # the common case: all new, in C loops
+            new = dict(items)
+            self._new_keys += new
+            local.update(new)
+            updates.update(new)
+        else:
+            changelog_values = self._changelog_values
+            for key, value in items:
+                if key not in updates:
+                    self._new_keys.append(key)
+                    local.add(key)
+                elif key not in local and key not in changelog_values:
+                    changelog_values[key] = updates[key]  # its set/delete stays produced
+                updates[key] = value
+        low = min(keys)
+        if self._low_key is None or low < self._low_key:
+            self._low_key = low
 
     def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` items with ``start <= key < end`` in key order, writes included."""
@@ -138,18 +200,33 @@ class StoreTransaction:
         """Produce every dirty key to the changelog partition with this partition's number."""
         with self._step(TransactionStatus.STARTED):
             topic, partition = self.store.changelog_topic, self.store.partition
+            if self._has_local:
+                updates, changelog_values = self._updates, self._changelog_values
+                items = [
+                    (key, changelog_values.get(key, updates[key]))
+                    for key in filterfalse(self._local.__contains__, updates)
+                ]
+            else:
+                items = list(self._updates.items())
             produce_changelog = getattr(changelog, "produce_changelog", None)
             if produce_changelog is not None:
-                produce_changelog(topic, partition, list(self._updates.items()))
+                produce_changelog(topic, partition, items)
             else:
-                for key, value in self._updates.items():
+                for key, value in items:
                     changelog.produce(topic, key, value, partition)
+            self._produced = bool(items)
             self.status = TransactionStatus.PREPARED
 
     def flush(self, changelog_offset: int | None) -> None:
-        """Write the keys and ``changelog_offset`` (of the last changelog record) atomically."""
+        """Write the keys and ``changelog_offset`` (of the last changelog record) atomically.
+
+        When ``prepare`` produced nothing (only local writes) the offset is not used (the
+        producer's may be an earlier transaction's) and the stored one stays.
+        """
         with self._step(TransactionStatus.PREPARED):
-            if self._updates:
+            if self._updates and not self._produced:
+                self.store.write(self._updates, None)
+            elif self._updates:
                 if changelog_offset is None:
                     raise TransactionStateError(
                         f"{self.store.changelog_topic}[{self.store.partition}]: no delivered "
@@ -165,6 +242,9 @@ class StoreTransaction:
         self._runs.clear()
         self._new_keys.clear()
         self._low_key = None
+        self._local.clear()
+        self._changelog_values.clear()
+        self._has_local = False
         self.status = TransactionStatus.FAILED
 
     def _pending_keys(self, start: bytes, end: bytes) -> list[bytes]:

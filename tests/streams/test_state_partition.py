@@ -64,6 +64,24 @@ def test_a_batch_that_fails_to_build_applies_nothing(tmp_path: Path) -> None:
         store.close()
 
 
+def test_the_memtables_have_a_bloom_filter_of_their_keys(tmp_path: Path) -> None:
+    """Gets of keys not in the memtable skip its skip list (the options RocksDB applied, as it
+    records them in the database's OPTIONS file); reads through it stay exact."""
+    store = open_store(tmp_path / "p")
+    try:
+        store.write({b"k%d" % i: b"v%d" % i for i in range(1_000)}, 1)
+        store.flush()
+        store.write({b"k%d" % i: b"new" for i in range(0, 1_000, 2)}, 2)  # in the memtable
+        values = store.get_many([b"k%d" % i for i in range(1_000)] + [b"absent"])
+        assert values == [b"new" if i % 2 == 0 else b"v%d" % i for i in range(1_000)] + [None]
+        [options_file] = sorted((tmp_path / "p").glob("OPTIONS-*"))[-1:]
+        text = options_file.read_text()
+        assert "memtable_whole_key_filtering=true" in text
+        assert "memtable_prefix_bloom_size_ratio=0.1" in text
+    finally:
+        store.close()
+
+
 def test_meta_key_is_outside_the_data_key_space(tmp_path: Path) -> None:
     store = open_store(tmp_path / "p")
     try:
