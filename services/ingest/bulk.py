@@ -24,17 +24,22 @@ import json.encoder
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from json.encoder import encode_basestring
 from typing import Any
 
+import orjson
+
 from services.ingest.avro_binary import (
     KNOWN_ORDER,
+    LENGTH_PREFIXES,
     LONG_BRANCH,
     NULL_BRANCH,
+    SHORT_LENGTHS,
     JobLayout,
     encode_per_job_field,
+    long_reusing,
 )
 from services.ingest.commands import job_id_for_key, request_hash, submit_record
 from services.ingest.exceptions import JobRequestError
@@ -57,6 +62,8 @@ _MAX_EPOCH_MS = 253_402_300_799_999
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_SCALARS)
+# Payload values orjson writes exactly as json.dumps does (floats differ: 1e16 vs 1e+16).
+_PLAIN_SCALAR_TYPES = frozenset((str, int, bool, type(None)))
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 # The C encoder json.dumps uses, built once instead of per call (saves ~1 us per job).
 _C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
@@ -76,6 +83,7 @@ _CANONICAL_CHUNKS = (
 # created_at_ms, so their two null branches end the run of constants before it.
 _KEYED_TAIL = b"\x00\x00"
 _KEY_BRANCH = b"\x02"
+_NEW_SHAPE: Any = object()  # what the shape cache answers for a shape not seen yet
 
 
 def _canonical_text(value: Any) -> str:
@@ -159,12 +167,42 @@ def _is_json(value: Any) -> bool:
     return kind in _SCALAR_TYPES
 
 
+def _is_plain_json(value: Any) -> bool:
+    """True for JSON data without floats, which orjson writes byte for byte as json.dumps."""
+    kind = type(value)
+    if kind is dict:
+        for k, v in value.items():
+            if type(k) is not str or (type(v) not in _PLAIN_SCALAR_TYPES and not _is_plain_json(v)):
+                return False
+        return True
+    if kind is list:
+        return all(type(v) in _PLAIN_SCALAR_TYPES or _is_plain_json(v) for v in value)
+    return kind in _PLAIN_SCALAR_TYPES
+
+
+# Byte i of a random UUID's bytes 6 and 8 mapped to its version (4) and variant (10xx) form.
+_VERSION_4 = bytes((b & 0x0F) | 0x40 for b in range(256))
+_VARIANT_RFC = bytes((b & 0x3F) | 0x80 for b in range(256))
+# Where the 32 hex digits of a UUID go in its 36-character form (the rest are dashes).
+_UUID_DIGITS = [p for p in range(36) if p not in (8, 13, 18, 23)]
+
+
 def fast_job_ids(count: int) -> Iterator[str]:
-    """Random (version 4) UUID strings, faster than ``uuid.uuid4()`` one at a time."""
-    pool = os.urandom(16 * count).hex()
-    for i in range(0, 32 * count, 32):
-        h = pool[i : i + 32]
-        yield f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    """Random (version 4) UUID strings, faster than ``uuid.uuid4()`` one at a time.
+
+    All at once with C-level strided copies (~0.4 us per id instead of ~0.8 us formatting
+    each): set the version and variant bits of every id's random bytes, hex them, then
+    scatter the digits into dashed 36-character slots.
+    """
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = raw[6::16].translate(_VERSION_4)
+    raw[8::16] = raw[8::16].translate(_VARIANT_RFC)
+    digits = binascii.hexlify(raw)
+    text = bytearray(b"-" * (37 * count))
+    for source, target in enumerate(_UUID_DIGITS):
+        text[target::37] = digits[source::32]
+    text[36::37] = b" " * count
+    return iter(text.decode("ascii").split())
 
 
 class BulkJobBuilder:
@@ -178,6 +216,8 @@ class BulkJobBuilder:
         self._grace_ms = int(settings.run_at_grace_s * 1000)
         self._max_payload = settings.max_payload_bytes
         self._last_stamp = (-1, b"")
+        self._last_version: list[tuple[int, bytes]] = [(0, b"")]
+        self._last_run_at: list[tuple[int, bytes]] = [(0, b"")]
         if not self._layout.usable:
             log.warning("the Job schema changed its per-job fields; bulk loads use the slow path")
 
@@ -188,6 +228,37 @@ class BulkJobBuilder:
             if fast is not None:
                 return fast[0], fast[1]
         return self._slow(request, job_id, now_us)
+
+    def build_all(
+        self, requests: Sequence[Any], now_us: int
+    ) -> tuple[list[str], list[tuple[bytes, bytes]], list[dict[str, Any]]]:
+        """Every request validated and encoded (request ``i`` at version ``now_us + i``, so a
+        later duplicate job id wins): their job ids, (key, value) records and errors, each
+        error's ``loc`` starting with its request's index. One loop here instead of a
+        ``build`` call per job (saves a call and a tuple per job at ~100K jobs/s)."""
+        ids: list[str] = []
+        records: list[tuple[bytes, bytes]] = []
+        errors: list[dict[str, Any]] = []
+        fast = self._fast if self._layout.usable else None
+        fresh_ids = fast_job_ids(len(requests))
+        for index, (request, fresh_id) in enumerate(zip(requests, fresh_ids, strict=True)):
+            version = now_us + index
+            built = (
+                fast(request, fresh_id, version, None)
+                if fast is not None and type(request) is dict
+                else None
+            )
+            if built is None:
+                try:
+                    job_id, value = self._slow(request, fresh_id, version)
+                except JobRequestError as exc:
+                    errors.extend({**e, "loc": [index, *e["loc"]]} for e in exc.errors)
+                    continue
+            else:
+                job_id, value, _ = built
+            ids.append(job_id)
+            records.append((job_id.encode(), value))
+        return ids, records, errors
 
     def build_keyed(
         self, request: Any, idempotency_key: str, now_us: int
@@ -252,11 +323,9 @@ class BulkJobBuilder:
         except TypeError:  # something unhashable, e.g. a set: let pydantic say what is wrong
             return None
         shapes = self._shapes
-        shape = (
-            shapes[shape_key]
-            if shape_key in shapes
-            else self._new_shape(request, shape_key, now_us)
-        )
+        shape = shapes.get(shape_key, _NEW_SHAPE)  # one hash of the key, not two
+        if shape is _NEW_SHAPE:
+            shape = self._new_shape(request, shape_key, now_us)
         if shape is None:
             return None
         keyed = shape.keyed
@@ -273,7 +342,6 @@ class BulkJobBuilder:
         if shape.depends_on and job_id in shape.depends_on:
             return None
         run_at = None
-        oldest_ms = max(0, now_ms - self._grace_ms)
         if shape.has_run_at:
             run_at = request["run_at"]
             if type(run_at) is str:
@@ -281,19 +349,32 @@ class BulkJobBuilder:
                     run_at = to_epoch_ms(run_at)
                 except ValueError:
                     return None
-            if type(run_at) is not int or not oldest_ms <= run_at <= _MAX_EPOCH_MS:
+            if (
+                type(run_at) is not int
+                or not now_ms - self._grace_ms <= run_at <= _MAX_EPOCH_MS
+                or run_at < 0
+            ):
                 return None
         if shape.cron_end_ms is not None and shape.cron_end_ms <= now_ms:
             return None
         payload = self._payload(request)
-        if payload is None or len(payload) > self._max_payload:
+        if payload is None:
+            return None
+        size = len(payload)
+        if size > self._max_payload:
             return None
         hash_of_request = None
         if shape.names is KNOWN_ORDER:
             c = shape.consts
-            stamp = self._stamp(now_ms)
-            id_bytes = job_id.encode()  # validated ASCII, at most 128 bytes: a 1-2 byte length
-            when = NULL_BRANCH if run_at is None else LONG_BRANCH + avro_long(run_at)
+            stamp_ms, stamp = self._last_stamp  # avro_long(now_ms): a batch shares its ms
+            if stamp_ms != now_ms:
+                stamp = avro_long(now_ms)
+                self._last_stamp = (now_ms, stamp)
+            id_bytes = job_id.encode()  # validated ASCII, at most 128 bytes
+            if run_at is None:
+                branch, when = NULL_BRANCH, b""
+            else:
+                branch, when = LONG_BRANCH, long_reusing(run_at, self._last_run_at)
             before_created = c[4]
             if key is not None and keyed is not None:
                 hash_of_request = self._request_hash(keyed, request, run_at)
@@ -304,8 +385,10 @@ class BulkJobBuilder:
                     _KEY_BRANCH, avro_bytes(hash_of_request.encode()),
                 ))  # fmt: skip
             encoded = b"".join((
-                c[0], avro_long(len(id_bytes)), id_bytes, c[1], avro_long(now_us), c[2],
-                avro_bytes(payload), c[3], when, before_created, stamp, c[5], stamp, c[6],
+                c[0], LENGTH_PREFIXES[len(id_bytes)], id_bytes,
+                c[1], long_reusing(now_us, self._last_version),
+                c[2], LENGTH_PREFIXES[size] if size < SHORT_LENGTHS else avro_long(size),
+                payload, c[3], branch, when, before_created, stamp, c[5], stamp, c[6],
             ))  # fmt: skip
         elif key is not None:
             return None
@@ -347,14 +430,6 @@ class BulkJobBuilder:
             return None
         return hashlib.sha256(text).hexdigest()
 
-    def _stamp(self, now_ms: int) -> bytes:
-        """avro_long(now_ms), cached: a batch shares its milliseconds."""
-        last_ms, encoded = self._last_stamp
-        if last_ms != now_ms:
-            encoded = avro_long(now_ms)
-            self._last_stamp = (now_ms, encoded)
-        return encoded
-
     @staticmethod
     def _payload(request: dict[str, Any]) -> bytes | None:
         data = request.get("payload_b64")
@@ -368,13 +443,17 @@ class BulkJobBuilder:
         value = request.get("payload")
         if value is None:
             return b""
+        if _is_plain_json(value):
+            try:
+                return orjson.dumps(value)  # ~0.2 us instead of ~0.9 us
+            except TypeError:  # ints beyond 64 bits, deep nesting, lone surrogates
+                pass
         try:
             if not _is_json(value):
                 return None
-            text = _json_text(value)
-        except (TypeError, ValueError, RecursionError):
+            return _json_text(value).encode("utf-8")
+        except (TypeError, ValueError, RecursionError):  # also a lone surrogate's encode
             return None
-        return text.encode("utf-8")
 
     def _new_shape(self, request: dict[str, Any], key: Any, now_us: int) -> _Shape | None:
         """Validate a request's constant fields once (with stand-ins for the per-job ones)."""

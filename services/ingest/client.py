@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from services.ingest.async_delivery import DeliveryGroup
-from services.ingest.bulk import BulkJobBuilder, fast_job_ids
+from services.ingest.bulk import BulkJobBuilder
 from services.ingest.commands import (
     JobRecord,
     cancel_record,
@@ -161,25 +161,12 @@ class KafkronClient:
                 "too_long",
             )
         now_us = self._clock_us()
-        errors: list[dict[str, Any]] = []
-        ids: list[str] = []
-        encoded: list[tuple[bytes, bytes]] = []
-        build = self._bulk.build
         # The loop allocates two objects per job that all stay alive, so the cyclic GC would
         # run full collections over them again and again (~10% of the time): pause it.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            # Each job gets its own clock tick: a later duplicate job_id in the batch wins.
-            fresh_ids = fast_job_ids(len(jobs))
-            for index, (job, fresh_id) in enumerate(zip(jobs, fresh_ids, strict=True)):
-                try:
-                    job_id, value = build(job, fresh_id, now_us + index)
-                except JobRequestError as exc:
-                    errors.extend({**e, "loc": [index, *e["loc"]]} for e in exc.errors)
-                    continue
-                ids.append(job_id)
-                encoded.append((job_id.encode(), value))
+            ids, encoded, errors = self._bulk.build_all(jobs, now_us)
         finally:
             if gc_was_enabled:
                 gc.enable()

@@ -37,6 +37,8 @@ _DEFAULTS: dict[str, Any] = {
 }
 # The bulk producer (send_bulk, a whole load at once) batches for throughput instead.
 _BULK_DEFAULTS: dict[str, Any] = {"linger.ms": 5}
+# produce()'s partition argument for "let the partitioner choose" (RD_KAFKA_PARTITION_UA).
+_ANY_PARTITION = -1
 # Never overridable: these make a delivered command durable, ordered and routed like Java.
 _REQUIRED: dict[str, Any] = {
     "enable.idempotence": True,
@@ -116,20 +118,24 @@ class _BulkDeliveries:
     """Delivery reports of one bulk send: errors, and the last offset per partition.
 
     Kept cheap (no lock, no counting): a partition's reports arrive in offset order and are
-    served by ``flush`` in one thread.
+    served by ``flush`` in one thread. ``report`` is a plain function (a closure), which
+    librdkafka's per-record call reaches faster than an instance's ``__call__``.
     """
 
-    __slots__ = ("errors", "last_offsets")
+    __slots__ = ("errors", "last_offsets", "report")
 
     def __init__(self) -> None:
-        self.errors: list[KafkaError] = []
-        self.last_offsets: dict[int, int] = {}
+        errors: list[KafkaError] = []
+        last_offsets: dict[int, int] = {}
+        self.errors, self.last_offsets = errors, last_offsets
 
-    def __call__(self, error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            self.last_offsets[message.partition()] = message.offset()  # type: ignore[index,assignment]
-        else:
-            self.errors.append(error)
+        def report(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                last_offsets[message.partition()] = message.offset()  # type: ignore[index,assignment]
+            else:
+                errors.append(error)
+
+        self.report = report
 
 
 class CommandProducer:
@@ -253,14 +259,20 @@ class CommandProducer:
         """
         producer = self._bulk_producer()
         deliveries = _BulkDeliveries()
-        produce, poll = producer.produce, producer.poll
+        produce, report = producer.produce, deliveries.report
+        # Positional (partition -1: the partitioner picks): produce() parses keyword
+        # arguments slower, ~0.3 us of its ~1 us per record.
         for key, value in records:
-            while True:
-                try:
-                    produce(topic, value, key, on_delivery=deliveries)
-                    break
-                except BufferError:
-                    poll(0.05)
+            try:
+                produce(topic, value, key, _ANY_PARTITION, report)
+            except BufferError:  # local queue full: serve reports until it takes the record
+                while True:
+                    producer.poll(0.05)
+                    try:
+                        produce(topic, value, key, _ANY_PARTITION, report)
+                        break
+                    except BufferError:
+                        continue
         remaining = producer.flush(self._timeout_s + 5.0)
         if deliveries.errors:
             self._raise(deliveries.errors[0])

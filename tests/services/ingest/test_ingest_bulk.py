@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import struct
 import time
@@ -15,6 +16,7 @@ from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.ingest.avro_binary import long_reusing
 from services.ingest.bulk import BulkJobBuilder, _Shape, fast_job_ids
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
@@ -222,3 +224,76 @@ def test_plain_keyed_one_offs_take_the_fast_path(builder: BulkJobBuilder) -> Non
     # Not for the fast path: an explicit job id, a base64 payload (pydantic path instead).
     assert builder.build_keyed({**bodies[0], "job_id": "j"}, "k", NOW_US) is None
     assert builder.build_keyed({**bodies[0], "payload_b64": "AA=="}, "k", NOW_US) is None
+
+
+def test_fast_job_ids_of_a_large_batch_are_distinct_uuid4_strings() -> None:
+    import uuid
+
+    ids = list(fast_job_ids(20_000))
+    assert len(set(ids)) == 20_000
+    assert all(str(uuid.UUID(value)) == value for value in ids)
+    assert {uuid.UUID(value).version for value in ids} == {4}
+    assert {uuid.UUID(value).variant for value in ids} == {uuid.RFC_4122}
+    assert list(fast_job_ids(0)) == []
+
+
+def json_dumps_payload(value: Any) -> bytes:
+    """What the pydantic path stores as a JSON payload (validation._serialize_payload)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+TRICKY_PAYLOADS: list[Any] = [
+    '\x00\x1f\x7f\b\f\n\r\t"\\/',
+    "\u2028\u2029 é 😀 \ufeff",
+    {"a": [1, -(2**63), 2**64 - 1, True, False, None], "": {"b": []}, "c": {}},
+    [2**64, -(2**63) - 1],  # beyond orjson's integers: the json.dumps fallback
+    {"nested": [[[{"a": [[{"b": [None]}]]}]]]},
+    [1.5, 1e16, 1e-05, -0.0, 123456789.125],  # floats: json.dumps, not orjson
+    0,
+    "",
+]
+
+
+@pytest.mark.parametrize("payload", TRICKY_PAYLOADS)
+def test_payload_bytes_equal_json_dumps(payload: Any) -> None:
+    assert BulkJobBuilder._payload({"payload": payload}) == json_dumps_payload(payload)
+
+
+def test_payloads_deeper_than_orjson_allows_still_equal_json_dumps() -> None:
+    deep: Any = 1
+    for _ in range(300):
+        deep = [deep]
+    assert BulkJobBuilder._payload({"payload": deep}) == json_dumps_payload(deep)
+
+
+def test_unencodable_payloads_defer_to_pydantic() -> None:
+    for payload in ["\ud800", {"x": float("nan")}, {"x": {1, 2}}, (1, 2)]:
+        assert BulkJobBuilder._payload({"payload": payload}) is None
+
+
+plain_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**65), 2**65) | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(plain_json_values.filter(lambda value: value is not None))  # None: no payload
+def test_float_free_payloads_equal_json_dumps(payload: Any) -> None:
+    assert BulkJobBuilder._payload({"payload": payload}) == json_dumps_payload(payload)
+
+
+@given(st.lists(st.integers(0, 2**62) | st.integers(NOW_US - 300, NOW_US + 300), max_size=30))
+def test_long_reusing_equals_avro_long_in_any_sequence(values: list[int]) -> None:
+    box: list[tuple[int, bytes]] = [(0, b"")]
+    for value in values:
+        assert long_reusing(value, box) == avro_long(value)
+
+
+def test_long_reusing_equals_avro_long_across_consecutive_values() -> None:
+    box: list[tuple[int, bytes]] = [(0, b"")]
+    for start in (0, 60, 8_000, NOW_MS, NOW_US, 2**56 - 200):
+        for value in range(start, start + 400):
+            assert long_reusing(value, box) == avro_long(value), value

@@ -206,3 +206,37 @@ def test_first_delivery_error_is_raised(kafka_settings: KafkaSettings) -> None:
             producer.send_many(topic, [(b"a", b"ok"), (b"b", os.urandom(50_000)), (b"c", b"ok")])
     finally:
         producer.close()
+
+
+def test_send_bulk_raises_a_delivery_error_of_a_record_amid_good_ones(
+    kafka_settings: KafkaSettings,
+) -> None:
+    topic = f"{kafka_settings.namespace}small-bulk"
+    admin = AdminClient(kafka_settings.client_config())
+    new = NewTopic(
+        topic, num_partitions=1, replication_factor=1, config={"max.message.bytes": "20000"}
+    )
+    admin.create_topics([new])[topic].result()
+    producer = CommandProducer(kafka_settings, delivery_timeout_s=10)
+    try:
+        good = [(f"k{i}".encode(), b"ok") for i in range(300)]
+        assert producer.send_bulk(topic, good).offsets == {0: 299}
+        with pytest.raises(KafkaDeliveryError, match="MSG_SIZE_TOO_LARGE"):
+            producer.send_bulk(topic, [*good, (b"big", os.urandom(50_000)), *good])
+    finally:
+        producer.close()
+
+
+def test_submit_many_remembers_the_last_offset_of_each_partition(
+    client: KafkronClient, ingest_settings: IngestSettings, now_us: int
+) -> None:
+    ids = client.submit_many([one_off(now_us, payload={"i": i}) for i in range(200)])
+    topic = TopicNames(ingest_settings.kafka.namespace).jobs
+    next_offsets: dict[int, int] = {}
+    for message in read_topic(ingest_settings.kafka, topic):
+        partition, offset = message.partition() or 0, message.offset() or 0
+        next_offsets[partition] = max(next_offsets.get(partition, 0), offset + 1)
+    assert len(next_offsets) == 4
+    for job_id in ids:
+        partition = partition_for_key(job_id.encode(), 4)
+        assert client.written_through(job_id) == {(topic, partition): next_offsets[partition]}
