@@ -1,24 +1,26 @@
 """The timer's results path in one process, without Kafka: CPU per execution it takes in.
 
 Run: ``.venv/bin/python -m bench.timer_results [--jobs 100000] [--no-started]
-[--run-size 80] [--baseline-root DIR --repeat N]``
+[--run-size 80] [--per-ms 50] [--baseline-root DIR --repeat N]``
 
 On one partition's real RocksDB stores (``jobs`` and ``wheel``, in a temporary folder):
 ``--jobs`` one-offs due at one instant are taken in and fired by drains (committed in
 transactions of 5,000 like a herd), then their results are applied as the timer applies
 them: STARTED and SUCCEEDED of each execution (only the SUCCEEDED with ``--no-started``, as
-an executor publishes a run that ends without waiting), in transactions of
+an executor publishes a run that ends without waiting), shaped as an executor writes them
+(its worker id; its clock one ms on every ``--per-ms`` executions), in transactions of
 ``--per-transaction`` executions, with a punctuation (an empty due scan, and a collection of
 fired entries unless ``--no-collect``) every ``--per-punctuation`` results. Results are
-applied in runs of ``--run-size`` records sharing one scope (one clock reading), their states
-read ahead in one multi-get where the tree has ``prefetch``, as ``TimerHooks.on_records``
-applies a consumed batch's records of one partition (1,000 records over 12 partitions: ~80);
-the default, 1, is one scope per record. Punctuations and commits fall between runs, after
-the run that reaches their count. Store transactions are prepared to a changelog that counts
-and drops the records and flushed to RocksDB, so the store side of the commit is counted;
-producing to Kafka is not. Prints, for the results phase, CPU per execution, main thread
-only (no librdkafka here, no RocksDB compactions), and changelog records per execution (each
-one a produce: librdkafka and broker work that this process does not count).
+applied in runs of ``--run-size`` records sharing one scope (one clock reading), their
+states read ahead in one multi-get where the tree has ``prefetch``, as
+``TimerHooks.on_records`` applies a consumed batch's records of one partition (1,000 records
+over 12 partitions: ~80); the default, 1, is one scope per record. Punctuations and commits
+fall between runs, after the run that reaches their count. The stores' memtables are sized
+as the service's. Store transactions are prepared to a changelog that counts and drops the
+records and flushed to RocksDB, so the store side of the commit is counted; producing to
+Kafka is not. Prints, for the results phase, CPU per execution, main thread only (no
+librdkafka here, no RocksDB compactions), and changelog records per execution (each one a
+produce: librdkafka and broker work that this process does not count).
 
 With ``--baseline-root`` the same runs alternate with a child on that tree, for a ratio.
 """
@@ -49,10 +51,15 @@ class _Stores:
     """The two partition stores and their open transactions, committed like the processor."""
 
     def __init__(self, folder: Path) -> None:
-        from streams.state.partition import PartitionStore
+        from rocksdict import WriteBufferManager
 
-        self.jobs_store = PartitionStore(folder / "jobs", 0, "bench.changelog.jobs")
-        self.wheel_store = PartitionStore(folder / "wheel", 0, "bench.changelog.wheel")
+        from streams.state.partition import PartitionStore
+        from streams.state.store import DEFAULT_MEMTABLE_BUDGET_BYTES
+
+        # Memtables as the service's stores size them (``Store``): 8 MiB, one budget.
+        budget = WriteBufferManager(DEFAULT_MEMTABLE_BUDGET_BYTES, False)
+        self.jobs_store = PartitionStore(folder / "jobs", 0, "bench.changelog.jobs", budget)
+        self.wheel_store = PartitionStore(folder / "wheel", 0, "bench.changelog.wheel", budget)
         self.changelog = _CountedChangelog()
         self.offset = 0
         self.begin()
@@ -76,6 +83,7 @@ class _Stores:
 def replay(args: argparse.Namespace) -> tuple[float, float]:
     """Take in, fire and finish ``args.jobs`` one-offs; CPU seconds and changelog records
     per execution of the results phase."""
+    from services.timer import inputs
     from services.timer.drain import drain_due
     from services.timer.inputs import handle_input
     from services.timer.pacing import DrainPacer
@@ -115,23 +123,31 @@ def replay(args: argparse.Namespace) -> tuple[float, float]:
             stores.commit()
         stores.commit()
 
-        def result(job_id: str, status: str) -> bytes:
+        def result(i: int, job_id: str, status: str) -> bytes:
+            # As an executor writes them: its worker id, the clock one ms on per
+            # ``--per-ms`` executions (one executor's rate in the 1M herd: ~50K/s).
+            now_ms = _T0 + 10 + i // args.per_ms
             record = {
                 "execution_id": execution_id(job_id, _T0),
                 "job_id": job_id,
                 "scheduled_for_ms": _T0,
                 "status": status,
-                "started_at_ms": _T0 + 5,
-                "recorded_at_ms": _T0 + 10,
+                "worker_id": "executor-7f3e2a",
+                "started_at_ms": now_ms,
+                "finished_at_ms": None if status == "STARTED" else now_ms,
+                "recorded_at_ms": now_ms,
             }
             return codec.encode(RecordKind.EXECUTION_RESULT, record)
 
         statuses = ("SUCCEEDED",) if args.no_started else ("STARTED", "SUCCEEDED")
         results = [
-            (f"job-{i:08d}".encode(), result(f"job-{i:08d}", status))
+            (f"job-{i:08d}".encode(), result(i, f"job-{i:08d}", status))
             for i in range(args.jobs)
             for status in statuses
         ]  # encoded ahead: the timed loop is the timer's work only
+        # A run as TimerHooks.on_records applies it (a tree before runs: record by record).
+        apply = getattr(inputs, "apply_input", handle_input)
+        finish = getattr(inputs, "finish_inputs", lambda scope: None)
         pacer = DrainPacer(1_000, 250, 20_000)  # the full collection rate (not busy)
         collect_from = b""
         now_ms = _T0 + 1_000
@@ -146,7 +162,8 @@ def replay(args: argparse.Namespace) -> tuple[float, float]:
             if prefetch is not None and len(run) > 1:
                 prefetch([key for key, _ in run])
             for offset, (key, value) in enumerate(run, start + 1):
-                handle_input(run_scope, topic, 0, offset, key, value)
+                apply(run_scope, topic, 0, offset, key, value)
+            finish(run_scope)
             end = start + len(run)
             if end // args.per_punctuation > start // args.per_punctuation:
                 now_ms += 10
@@ -172,6 +189,7 @@ def _pattern_args(args: argparse.Namespace) -> list[str]:
         f"--per-transaction={args.per_transaction}",
         f"--per-punctuation={args.per_punctuation}",
         f"--run-size={args.run_size}",
+        f"--per-ms={args.per_ms}",
     ]
     return flags + ["--no-started"] * args.no_started + ["--no-collect"] * args.no_collect
 
@@ -182,14 +200,15 @@ def main() -> None:
     parser.add_argument("--per-transaction", type=int, default=2_000, help="executions")
     parser.add_argument("--per-punctuation", type=int, default=200, help="results")
     parser.add_argument("--run-size", type=int, default=1, help="results per scope")
+    parser.add_argument("--per-ms", type=int, default=50, help="executions per executor ms")
     parser.add_argument("--no-started", action="store_true")
     parser.add_argument("--no-collect", action="store_true")
     parser.add_argument("--baseline-root", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.run_size < 1:
-        parser.error("--run-size must be at least 1")
+    if args.run_size < 1 or args.per_ms < 1:
+        parser.error("--run-size and --per-ms must be at least 1")
     if args.child:
         cpu_s, records = replay(args)
         per_execution = f"{cpu_s * 1e6:.2f} us CPU, {records:.3f} changelog records"

@@ -4,7 +4,10 @@ The timer applies two results per execution (STARTED, SUCCEEDED) and needs three
 fourteen fields: ``job_id``, ``scheduled_for_ms`` and ``status``. fastavro's generic reader
 costs ~12 us a record here; :class:`ResultReader` walks the record field by field, checks
 every field as the codec would (lengths, UTF-8, union branches, enum ranges, nothing left
-over) but builds only those three values.
+over) but builds only those three values. The fields from ``scheduled_for_ms`` to
+``worker_id`` are checked once per distinct byte string and then known by it (an executor's
+results of one tick and status share them): most records then cost two id decodes, a dict
+lookup and one regular expression over the times after them.
 
 It is exact or unused: it serves only records whose fingerprint is the codec's writer
 schema for ExecutionResult when that schema is also the reader schema (no resolution), and
@@ -29,7 +32,11 @@ from streams.result_probes import result_probes
 _STATUS = tuple(status.value for status in ExecutionStatus)
 _TRIGGER_COUNT = len(Trigger)
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_MAX_CACHED_TICKS = 4096
+_MAX_CACHED_HEADS = 4096
+_MAX_CACHED_HEAD_BYTES = 128  # an executor's: ~12 bytes and its worker id
+_MAX_HEAD_SIZES = 8  # sizes tried per record: executors with worker ids of that many sizes
+# Builds a ResultFields without the Python frame of its generated __new__.
+_new_fields = tuple.__new__
 
 # The common shape, checked by two regular expressions instead of a Python step per field.
 # A varint of at most 9 bytes (what read_long reads); ``attempt`` of at most 4 (28 bits:
@@ -87,14 +94,36 @@ def _skip_optional_long(data: bytes, pos: int) -> int:
     return read_long(data, pos + 1)[1]
 
 
+def _read_head(data: bytes, pos: int) -> tuple[int, int, str] | None:
+    """The end, ``scheduled_for_ms`` and ``status`` of the fields from ``scheduled_for_ms`` to
+    ``worker_id`` of a common-shape result at ``pos``, checked as the codec reads them; None
+    for any other shape."""
+    after_ids = _AFTER_IDS.match(data, pos)
+    if after_ids is None:
+        return None
+    pos = after_ids.end()
+    if data[pos] or data[pos + 1]:  # a reason or an error
+        return None
+    branch = data[pos + 2]  # worker_id
+    if branch == 0:
+        end = pos + 3
+    elif branch == 2:
+        end = _skip_text(data, pos + 3)
+    else:
+        return None
+    return end, read_long(after_ids.group(1), 0)[0], _STATUS[data[pos - 1] >> 1]
+
+
 class ResultReader:
     """Reads :class:`ResultFields` of ExecutionResult records exactly as the codec decodes them."""
 
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
         self._header = SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(RecordKind.EXECUTION_RESULT)
-        # scheduled_for_ms by its varint bytes: the results of one tick share them.
-        self._ticks: dict[bytes, int] = {}
+        # (scheduled_for_ms, status) by the bytes from scheduled_for_ms to worker_id, and
+        # the sizes of those (see _read_common).
+        self._heads: dict[bytes, tuple[int, str]] = {}
+        self._head_sizes: list[int] = []
         self.enabled = self._resolution_free() and self._proven()
         self._served_header = self._header if self.enabled else None
 
@@ -111,42 +140,51 @@ class ResultReader:
         """The fields of a result of the common shape, else None (see :data:`_AFTER_IDS`).
 
         Both ids shorter than 64 bytes, no reason and no error: every STARTED and SUCCEEDED.
+        The fields from ``scheduled_for_ms`` to ``worker_id`` are checked once per distinct
+        byte string (:func:`_read_head`) and then known by it: an executor's results of one
+        tick and status share them (the times and ``job_version`` after them vary).
         """
         size = data[HEADER_LEN]  # execution_id
         if size & 0x81:  # two varint bytes, or a negative length
             return None
         start = HEADER_LEN + 1
-        data[start : start + (size >> 1)].decode()
         pos = start + (size >> 1)
+        data[start:pos].decode()
         size = data[pos]  # job_id
         if size & 0x81:
             return None
         start = pos + 1
         pos = start + (size >> 1)
         job_id = data[start:pos].decode()
-        after_ids = _AFTER_IDS.match(data, pos)
-        if after_ids is None:
+        heads = self._heads
+        # A slice cut short by the record's end may equal a shorter head: the times after
+        # it are then missing, and the tail does not match.
+        for head_size in self._head_sizes:
+            known = heads.get(data[pos : pos + head_size])
+            if known is not None:
+                if _TAIL.fullmatch(data, pos + head_size) is None:
+                    return None
+                return _new_fields(ResultFields, (job_id, *known))
+        head = _read_head(data, pos)
+        if head is None or _TAIL.fullmatch(data, head[0]) is None:
             return None
-        pos = after_ids.end()
-        status = _STATUS[data[pos - 1] >> 1]
-        if data[pos] or data[pos + 1]:  # a reason or an error
-            return None
-        branch = data[pos + 2]  # worker_id
-        if branch == 0:
-            pos += 3
-        elif branch == 2:
-            pos = _skip_text(data, pos + 3)
-        else:
-            return None
-        if _TAIL.fullmatch(data, pos) is None:
-            return None
-        raw_tick = after_ids.group(1)
-        tick_ms = self._ticks.get(raw_tick)
-        if tick_ms is None:
-            if len(self._ticks) >= _MAX_CACHED_TICKS:
-                self._ticks.clear()  # bounded; the ticks in flight refill it at once
-            tick_ms = self._ticks[raw_tick] = read_long(raw_tick, 0)[0]
-        return ResultFields(job_id, tick_ms, status)
+        end, tick_ms, status = head
+        self._remember_head(data[pos:end], (tick_ms, status))
+        return _new_fields(ResultFields, (job_id, tick_ms, status))
+
+    def _remember_head(self, head: bytes, fields: tuple[int, str]) -> None:
+        """Keep a checked head (bounded: a few sizes, a few thousand heads)."""
+        if len(head) > _MAX_CACHED_HEAD_BYTES:
+            return
+        sizes = self._head_sizes
+        if len(self._heads) >= _MAX_CACHED_HEADS or (
+            len(head) not in sizes and len(sizes) >= _MAX_HEAD_SIZES
+        ):
+            self._heads.clear()  # the results in flight refill it at once
+            sizes.clear()
+        if len(head) not in sizes:
+            sizes.append(len(head))
+        self._heads[head] = fields
 
     def _read(self, data: bytes) -> ResultFields:
         pos = _skip_text(data, HEADER_LEN)  # execution_id
@@ -196,7 +234,8 @@ class ResultReader:
         except (DecodeError, IndexError, ValueError, KeyError):
             return False
         finally:
-            self._ticks.clear()
+            self._heads.clear()
+            self._head_sizes.clear()
         return True
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from services.timer import keys
 from services.timer.firing import fire_manual, fire_schedule
-from services.timer.retention import fire_retention
+from services.timer.retention import fire_retention, write_retention
 from services.timer.retries import fire_retry
 from services.timer.scope import Scope
 from services.timer.state import FAST_MARKER, FAST_VALUE_HEADER, load_state, save_state
@@ -29,6 +29,7 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     (the caller turns that off while other partitions still have fires to drain).
     """
     now_ms = scope.now_ms
+    write_retention(scope)  # a retention entry this scope opened may be due (no retention)
     entries = scope.wheel.iter_range(watermark(scope), keys.due_bound(scope.horizon_ms), budget)
     if not entries:
         if collect:

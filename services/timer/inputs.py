@@ -4,12 +4,16 @@
 that does not decode, whose key is not its job id, or whose schedule cannot be computed
 goes to ``dlq`` as an UNDECODABLE dead letter with its raw bytes and source position, and
 processing goes on with the next record.
+
+A run of records sharing one scope goes through :func:`apply_input` each, then
+:func:`finish_inputs` once; :func:`handle_input` does both for one record.
 """
 
 from __future__ import annotations
 
 from services.timer.commands import apply_job
 from services.timer.results import apply_result
+from services.timer.retention import write_retention
 from services.timer.retries import accept_retry
 from services.timer.scope import Scope
 from streams.codec import RecordKind
@@ -25,6 +29,25 @@ def handle_input(
     value: bytes | None,
 ) -> None:
     """Apply one record of an input topic; unusable records become dead letters."""
+    apply_input(scope, topic, partition, offset, key, value)
+    finish_inputs(scope)
+
+
+def finish_inputs(scope: Scope) -> None:
+    """End a run of :func:`apply_input` calls: write what the scope kept in memory for the
+    run (the finished one-offs listed for retention) to its store transactions."""
+    write_retention(scope)
+
+
+def apply_input(
+    scope: Scope,
+    topic: str,
+    partition: int,
+    offset: int | None,
+    key: bytes | None,
+    value: bytes | None,
+) -> None:
+    """Apply one record of a run sharing ``scope``; call :func:`finish_inputs` after the run."""
     env = scope.env
     try:
         if key is None:

@@ -8,6 +8,11 @@ tombstone on ``jobs`` after the retention, in a wheel entry shared with the one-
 finished in the same scope (``retention.py``); the one-off's run time is stored with its
 state, so this needs no Job decode. Attempt failures (FAILED, TIMED_OUT) change nothing: a
 retry or a dead letter follows.
+
+Two shortcuts serve nearly every result, each exactly what :func:`apply_to_state` would do:
+a STARTED the timer already knows of changes nothing (``started_is_known``), and the final
+result of a one-off fired from its fast entry rewrites the stored JSON without building a
+state (``complete_fired_one_off``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,13 @@ from __future__ import annotations
 from services.timer.firing import fire_queued
 from services.timer.retention import retain
 from services.timer.scope import Scope
-from services.timer.state import load_state, mark_running, save_state, started_is_known
+from services.timer.state import (
+    complete_fired_one_off,
+    load_state,
+    mark_running,
+    save_state,
+    started_is_known,
+)
 from streams.result_reader import ResultFields
 
 _FINAL = frozenset(
@@ -26,11 +37,18 @@ _FINAL = frozenset(
 def apply_result(scope: Scope, job_id: bytes, result: ResultFields) -> None:
     """Apply one ExecutionResult of ``job_id`` (the fields the timer reads of it)."""
     status = result.status
-    if status != "STARTED" and status not in _FINAL:
-        return
     tick_ms = result.scheduled_for_ms
-    if status == "STARTED" and started_is_known(scope, job_id, tick_ms):
+    if status == "STARTED":
+        if started_is_known(scope, job_id, tick_ms):
+            return
+    elif status not in _FINAL or complete_fired_one_off(scope, job_id, tick_ms, retain):
         return
+    apply_to_state(scope, job_id, status, tick_ms)
+
+
+def apply_to_state(scope: Scope, job_id: bytes, status: str, tick_ms: int) -> None:
+    """Apply a STARTED or a final outcome of ``tick_ms`` through the job's loaded state (what
+    the shortcuts of :func:`apply_result` stand for)."""
     state = load_state(scope, job_id)
     if state is None:
         return

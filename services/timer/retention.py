@@ -4,9 +4,10 @@ A one-off whose execution has its final outcome is deleted from ``jobs`` (a tomb
 ``one_off_retention_ms``. The one-offs finished in one scope (one run of ``job-results``
 records, one clock reading) share one fire time, so they share one ``TOMBSTONE`` wheel entry
 whose value lists their ids: a finished one-off costs no wheel write or changelog record of
-its own (the entry's value is rewritten in the store transaction, which produces only its
-last value at commit). An entry holds at most :data:`MAX_JOBS_PER_ENTRY` ids; the next job
-opens a new one.
+its own. The ids are appended in memory and the entry's value is written to the store
+transaction once, when the scope's run of records ends (:func:`write_retention`), or before
+anything reads the entry: one copy per run instead of one per job (the value grows to ~7 KiB).
+An entry holds at most :data:`MAX_JOBS_PER_ENTRY` ids; the next job opens a new one.
 
 The entry is keyed ``tombstone_key(fire_ms, first job id)``; its value is :data:`LISTED`
 followed by every listed id as a 2-byte length and its bytes. An entry of one job written
@@ -50,6 +51,7 @@ class RetentionBatch:
     placed_under: tuple[bytes | None, int]
     value: bytearray = field(default_factory=lambda: bytearray(LISTED))
     count: int = 0
+    unwritten: bool = False  # ids appended since the value was last written to the wheel
 
 
 def retain(scope: Scope, job_id: bytes) -> int:
@@ -61,14 +63,24 @@ def retain(scope: Scope, job_id: bytes) -> int:
         or batch.placed_under[0] is not scope.fired_through
         or batch.placed_under[1] != scope.placement_floor_ms
     ):
+        write_retention(scope)
         fire_ms = place_ms(scope, scope.now_ms + scope.env.one_off_retention_ms)
         batch = scope.retention = _open_batch(scope, fire_ms, job_id)
     value = batch.value
     value += _ID_LENGTH.pack(len(job_id))
     value += job_id
     batch.count += 1
-    scope.wheel.set(batch.key, bytes(value))
+    batch.unwritten = True
     return batch.fire_ms
+
+
+def write_retention(scope: Scope) -> None:
+    """Write the ids the scope's open entry gained to the wheel (the end of a run of records,
+    or before the entry may be read)."""
+    batch = scope.retention
+    if batch is not None and batch.unwritten:
+        scope.wheel.set(batch.key, bytes(batch.value))
+        batch.unwritten = False
 
 
 def _open_batch(scope: Scope, fire_ms: int, job_id: bytes) -> RetentionBatch:
@@ -106,7 +118,10 @@ def listed_jobs(key: bytes, value: bytes) -> list[bytes]:
 
 
 def fire_retention(scope: Scope, key: bytes, value: bytes) -> None:
-    """Tombstone every listed job still finished with this entry's fire time; drop the entry."""
+    """Tombstone every listed job still finished with this entry's fire time; drop the entry.
+
+    ``value`` is the stored one: the caller wrote the scope's pending ids first (a drain).
+    """
     fire_ms = keys.parse_key(key).fire_ms
     scope.wheel.delete(key)
     if scope.retention is not None and scope.retention.key == key:
@@ -124,6 +139,7 @@ def fire_retention(scope: Scope, key: bytes, value: bytes) -> None:
 def forget_retention(scope: Scope, job_id: bytes, fire_ms: int) -> None:
     """The job no longer waits for its deletion at ``fire_ms``: drop the entry if it is the
     job's alone (an entry shared with others stays; its fire skips this job)."""
+    write_retention(scope)
     key = keys.tombstone_key(fire_ms, job_id)
     value = scope.wheel.get(key)
     if value is None:

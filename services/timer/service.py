@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 
 from services.timer.drain import drain_due
-from services.timer.inputs import handle_input
+from services.timer.inputs import apply_input, finish_inputs, handle_input
 from services.timer.pacing import DrainPacer, trickle_commit_ms
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
@@ -74,7 +74,8 @@ class TimerHooks:
         if prefetch is not None and len(records) > 1:
             prefetch([key for record in records if (key := record.key()) is not None])
         for record in records:
-            handle_input(scope, topic, partition, record.offset(), record.key(), record.value())
+            apply_input(scope, topic, partition, record.offset(), record.key(), record.value())
+        finish_inputs(scope)
 
     def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:
         """Fire the partition's due entries, oldest first, at most one batch; ask for a commit.

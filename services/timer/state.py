@@ -15,11 +15,15 @@ the rule is exact.
 fields ahead of the Job bytes, and remembers whether the job is a one-off and its run time
 (:meth:`TimerState.one_off_run_at_ms`), so that a STARTED the timer already knows of is
 answered from the JSON alone (:func:`started_is_known`) and a SUCCEEDED needs no Job decode.
+The SUCCEEDED of a one-off fired from its fast entry (a herd's) rewrites the fields after the
+status in the stored bytes (:func:`complete_fired_one_off`): no decode, no state object.
 """
 
 from __future__ import annotations
 
+import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +42,12 @@ _RUN_AT = 13  # index of the optional one-off run time in the stored JSON list
 _PACK_HEADER = struct.Struct(">BI").pack
 _UNPACK_SIZE = struct.Struct(">I").unpack_from
 _FAST_HEADERS = {name: _FAST + bytes([index]) for name, index in PRIORITY_INDEX.items()}
+# The JSON after the status of a one-off waiting on its fast entry: sched_tick_ms,
+# sched_fire_ms, fast, last_tick_ms, running, queued, manual, manual_done_ms, completed,
+# tombstone_fire_ms, run_at_ms (see complete_fired_one_off).
+_FAST_ONE_OFF_TAIL = re.compile(
+    rb",(-?\d+),(-?\d+),true,(?:null|-?\d+),\[\],null,\[\],null,false,null,(-?\d+)\]"
+)
 
 
 @dataclass(slots=True)
@@ -177,6 +187,50 @@ def started_is_known(scope: Scope, job_id: bytes, tick_ms: int) -> bool:
         if overflow > 0:
             running = running[overflow:]
     return tick_ms in running
+
+
+def complete_fired_one_off(
+    scope: Scope, job_id: bytes, tick_ms: int, retain: Callable[[Scope, bytes], int]
+) -> bool:
+    """Apply the final result of ``tick_ms`` to a one-off whose fast entry fired that tick,
+    by rewriting the stored JSON in place; False (nothing done) for any other state.
+
+    The case of nearly every finished execution of a herd: the state still says "pending,
+    fast", nothing else in flight or queued, the run time is ``tick_ms``. Loading it would
+    apply the fire (tick settled, in flight) and the result would end it and complete the
+    job: the fields after the status become exactly what :func:`save_state` then writes,
+    with ``retain(scope, job_id)`` as the tombstone time, and the bytes before them stay.
+    """
+    data = scope.jobs.get(job_id)
+    if data is None or data[0] != _FORMAT:
+        return False
+    end = 5 + _UNPACK_SIZE(data, 1)[0]
+    # The status ends with the last quote: the tail matched holds none, so the 11 values
+    # after it are the last 11 of the 14 stored fields (a 13-field state never matches).
+    status_end = data.rfind(b'",', 5, end) + 1
+    tail = _FAST_ONE_OFF_TAIL.fullmatch(data, status_end, end) if status_end else None
+    if tail is None:
+        return False
+    tick = b"%d" % tick_ms
+    sched_tick, sched_fire, run_at = tail.group(1, 2, 3)
+    if sched_tick != tick or run_at != tick:
+        return False
+    if not _fast_entry_fired(scope, keys.schedule_key(int(sched_fire), job_id)):
+        return False
+    body = b"".join(
+        (
+            data[5:status_end],
+            b",null,null,false,",
+            tick,  # last_tick_ms
+            b",[],null,[],null,true,",
+            b"%d" % retain(scope, job_id),  # tombstone_fire_ms
+            b",",
+            tick,  # the one-off's run time
+            b"]",
+        )
+    )
+    scope.jobs.set(job_id, _PACK_HEADER(_FORMAT, len(body)) + body + data[end:])
+    return True
 
 
 def load_state(scope: Scope, job_id: bytes) -> TimerState | None:

@@ -247,13 +247,66 @@ def test_a_codec_that_resolves_results_disables_the_reader() -> None:
     assert reader.read(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
 
 
-def test_the_tick_cache_stays_bounded() -> None:
+def test_the_cache_of_checked_heads_stays_bounded() -> None:
     reader = ResultReader(CODEC)
     for i in range(5000):
         record = {**_succeeded(), "scheduled_for_ms": 1_790_000_000_000 + i}
         data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
         assert reader.read(data).scheduled_for_ms == 1_790_000_000_000 + i
-    assert 0 < len(reader._ticks) <= 4096
+    assert 0 < len(reader._heads) <= 4096
+    for size in range(20):  # executors with worker ids of 20 sizes
+        record = {**_succeeded(), "worker_id": "w" * size}
+        data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+        assert reader.read(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
+    assert 0 < len(reader._head_sizes) <= 8
+    long_worker = {**_succeeded(), "worker_id": "w" * 300}  # read, but not kept
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, long_worker)
+    assert reader._read_common(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
+    assert all(len(head) <= 128 for head in reader._heads)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    record=common_results,
+    others=st.lists(
+        st.fixed_dictionaries(
+            {
+                "execution_id": st.text(max_size=30),
+                "job_id": st.text(max_size=20),
+                "started_at_ms": st.none() | epoch_ms,
+                "finished_at_ms": st.none() | epoch_ms,
+                "next_attempt_at_ms": st.none() | epoch_ms,
+                "trigger": triggers,
+                "job_version": st.integers(0, 2**60),
+                "recorded_at_ms": epoch_ms,
+            }
+        ),
+        max_size=4,
+    ),
+    mutation_list=st.lists(mutations, max_size=2),
+)
+def test_results_sharing_a_head_read_as_the_codec_decodes_them(
+    record: dict[str, Any],
+    others: list[dict[str, Any]],
+    mutation_list: list[tuple[str, int, int]],
+) -> None:
+    """The fields from ``scheduled_for_ms`` to ``worker_id`` are checked once and then known
+    by their bytes (an executor's results of one tick and status): other ids, times and job
+    versions after the same bytes, damaged or not, read exactly as the codec decodes them."""
+    reader = ResultReader(CODEC)
+    first = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+    assert _reader_fields(reader, first) == _codec_fields(first)
+    head = _field_pieces(record)
+    for other in others:
+        item = {**record, **other}
+        data = CODEC.encode(RecordKind.EXECUTION_RESULT, item)
+        pieces = _field_pieces(item)
+        shared = ("scheduled_for_ms", "attempt", "status", "reason", "error", "worker_id")
+        assert all(pieces[name] == head[name] for name in shared)
+        for mutation in mutation_list:
+            data = _mutate(data, mutation)
+        assert _reader_fields(reader, data) == _codec_fields(data)
+        assert _reader_fields(reader, data) == _codec_fields(data)  # read again: a known head
 
 
 def _with_field_bytes(field: str, raw: bytes) -> bytes:

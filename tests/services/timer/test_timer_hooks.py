@@ -9,13 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.timer import keys
+from services.timer.retention import listed_jobs
 from services.timer.scope import Scope, TimerEnv
 from services.timer.service import JOBS_STORE, WHEEL_STORE, TimerHooks
 from services.timer.settings import TimerSettings
 from services.timer.state import load_state
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
-from tests.services.timer.test_timer_logic import T0, FakeStore, one_off
+from tests.services.timer.test_timer_logic import T0, FakeStore, one_off, result_bytes
 
 CODEC = Codec.from_directory()
 ENV = TimerEnv.from_settings(
@@ -106,3 +108,39 @@ def test_a_subclass_observing_each_record_still_sees_every_record() -> None:
     Observing(ENV).on_records(ctx, ENV.jobs_topic, 0, records)  # type: ignore[arg-type]
     assert seen == [record.key() for record in records]
     assert len(ctx.stores[WHEEL_STORE].data) == 4
+
+
+def test_a_run_of_results_writes_its_retention_entry_once_with_every_finished_job() -> None:
+    """The hooks apply a run of results in one scope: the finished one-offs' shared wheel
+    entry is written at the end of the run, once, listing every job of the run."""
+    ctx = FakeContext()
+    hooks = TimerHooks(ENV)
+    ids = [f"done-{i}" for i in range(5)]
+    jobs = [one_off(job_id, T0 + 1_000) for job_id in ids]
+    hooks.on_records(ctx, ENV.jobs_topic, 0, [  # type: ignore[arg-type]
+        FakeRecord(job.job_id.encode(), CODEC.encode(RecordKind.JOB, job.to_avro()), i)
+        for i, job in enumerate(jobs)
+    ])  # fmt: skip
+    hooks.on_punctuate(ctx, 0, T0 + 1_000)  # type: ignore[arg-type]
+    assert len(ctx.out) == len(ids)  # the fast fires
+    wheel = ctx.stores[WHEEL_STORE]
+    writes: list[bytes] = []
+    set_value = wheel.set
+
+    def counted(key: bytes, value: bytes) -> None:
+        writes.append(key)
+        set_value(key, value)
+
+    wheel.set = counted  # type: ignore[method-assign]
+    results = [
+        FakeRecord(job_id.encode(), result_bytes(job_id, T0 + 1_000, "SUCCEEDED", T0 + 1_200), i)
+        for i, job_id in enumerate(ids)
+    ]
+    hooks.on_records(ctx, ENV.results_topic, 0, results)  # type: ignore[arg-type]
+    [key] = [k for k in wheel.data if k[-1] == keys.TOMBSTONE]
+    assert writes == [key]
+    assert listed_jobs(key, wheel.data[key]) == [job_id.encode() for job_id in ids]
+    for job_id in ids:
+        state = load_state(scope_of(ctx), job_id.encode())
+        assert state is not None and state.completed
+        assert state.tombstone_fire_ms == keys.parse_key(key).fire_ms

@@ -17,9 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.timer import keys
-from services.timer.results import apply_result
+from services.timer.results import apply_result, apply_to_state
+from services.timer.retention import retain
 from services.timer.state import (
     TimerState,
+    complete_fired_one_off,
     decode_state,
     encode_state,
     load_state,
@@ -311,3 +313,111 @@ def test_a_final_result_without_started_ends_the_run_of_a_cron_job() -> None:
     assert [(r["scheduled_for_ms"], r["status"]) for r in timer.results()] == [
         (T_MIN + 10_000, "SKIPPED")
     ]
+
+
+# --- a final result of a fired fast one-off rewrites the stored JSON: exactly the full path --
+
+_FINAL_OR_STARTED = ["SUCCEEDED", "DEAD_LETTER", "SKIPPED", "CANCELLED", "STARTED", "FAILED"]
+# Ids whose JSON holds quotes, commas and what looks like the tail of a state.
+job_ids = st.sampled_from(["p", 'q"uo,te', "ünï", 'x",1,2,true,null,[],null,[],null,false,null,3]'])
+
+
+# Each field of a state: what a herd's fired fast one-off has, and any value it may hold.
+_HERD_CASE: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
+    "cron": (False, st.booleans()),
+    "run_at_ms": (T0 + 1_000, ticks),
+    "run_at_stored": (True, st.booleans()),
+    "running": ([], st.lists(ticks, max_size=3, unique=True)),
+    "fast": (True, st.booleans()),
+    "sched_tick_ms": (T0 + 1_000, st.none() | ticks),
+    "last_tick_ms": (None, st.none() | ticks),
+    "queued": (None, st.none() | st.tuples(ticks, st.sampled_from(["SCHEDULE", "MANUAL"]))),
+    "completed": (False, st.booleans()),
+    "tombstone_fire_ms": (None, st.none() | ticks),
+    "status": ("SUCCEEDED", st.sampled_from(_FINAL_OR_STARTED)),
+    "asked_ms": (T0 + 1_000, ticks),
+}
+_FIELD_NAMES = st.sampled_from(sorted(_HERD_CASE))
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    data=st.data(),
+    job_id=job_ids,
+    changed=st.just(set()) | st.sets(_FIELD_NAMES, max_size=2) | st.sets(_FIELD_NAMES),
+    sched_fire_ms=st.none() | ticks,
+    entry_in_wheel=st.booleans(),
+    watermark_ms=st.none() | st.sampled_from([T0 + 500, T0 + 2_500, T0 + 5_000]),
+    max_running=st.integers(1, 3),
+)
+def test_results_change_the_stores_as_applying_them_to_the_loaded_state_does(
+    data: st.DataObject,
+    job_id: str,
+    changed: set[str],
+    sched_fire_ms: int | None,
+    entry_in_wheel: bool,
+    watermark_ms: int | None,
+    max_running: int,
+) -> None:
+    """``apply_result`` (with its shortcuts) against ``apply_to_state``: the same stored
+    bytes, wheel and outputs, for the herd's case, states a few fields away from it, and any
+    state (every field changed)."""
+    v = {
+        name: data.draw(anything, label=name) if name in changed else herd_value
+        for name, (herd_value, anything) in _HERD_CASE.items()
+    }
+    job = cron_job(job_id, "0 0 1 1 *", T0) if v["cron"] else one_off(job_id, v["run_at_ms"])
+    job_bytes = CODEC.encode(RecordKind.JOB, job.to_avro())
+    state = TimerState(
+        job_id, 1, job_bytes, "SCHEDULED", v["sched_tick_ms"], sched_fire_ms, v["fast"]
+    )
+    state.running, state.queued = v["running"][-max_running:], v["queued"]
+    state.completed, state.last_tick_ms = v["completed"], v["last_tick_ms"]
+    state.tombstone_fire_ms = v["tombstone_fire_ms"]
+    if v["run_at_stored"]:
+        state.run_at = (job_bytes, None if v["cron"] else job.run_at_ms)
+    key = job_id.encode()
+    timers = []
+    for _ in range(2):
+        timer = Timer(max_running_per_job=max_running, one_off_retention_ms=60_000)
+        timer.jobs.set(key, encode_state(state))
+        if watermark_ms is not None:
+            timer.jobs.set(WATERMARK_KEY, keys.pack_ms(watermark_ms))
+        if entry_in_wheel and sched_fire_ms is not None:
+            timer.wheel.set(keys.schedule_key(sched_fire_ms, key), b"F")
+        timers.append(timer)
+    shortcut, full = timers
+    now_ms = T0 + 6_000
+    status, asked_ms = v["status"], v["asked_ms"]
+    apply_result(shortcut.scope(now_ms), key, ResultFields(job_id, asked_ms, status))
+    if status != "FAILED":  # an attempt failure changes nothing
+        apply_to_state(full.scope(now_ms), key, status, asked_ms)
+    assert shortcut.jobs.data == full.jobs.data
+    assert shortcut.wheel.data == full.wheel.data
+    assert shortcut.out == full.out
+
+
+def test_a_herds_finished_one_off_completes_from_its_stored_bytes() -> None:
+    """The shortcut serves the herd's case (a fired fast one-off), and only it."""
+    timer = Timer(one_off_retention_ms=60_000)
+    for job_id in ("done", "still-pending"):
+        timer.submit(one_off(job_id, T0 + 1_000), T0)
+    timer.submit(one_off("later", T0 + 9_000), T0)
+    timer.punctuate(T0 + 1_000)
+    scope = timer.scope(T0 + 1_200)
+    assert complete_fired_one_off(scope, b"done", T0 + 1_000, retain)
+    assert not complete_fired_one_off(scope, b"later", T0 + 9_000, retain)  # not fired yet
+    assert not complete_fired_one_off(scope, b"still-pending", T0 + 2_000, retain)  # other tick
+    assert not complete_fired_one_off(scope, b"nobody", T0 + 1_000, retain)
+    state = load_state(timer.scope(T0 + 1_300), b"done")
+    assert state is not None and state.completed and state.running == [] and not state.fast
+    assert state.last_tick_ms == T0 + 1_000
+    assert (state.sched_tick_ms, state.sched_fire_ms) == (None, None)
+    assert state.tombstone_fire_ms == T0 + 1_200 + 60_000
+    assert state.run_at is not None and state.run_at[1] == T0 + 1_000
+    assert state.job_bytes == CODEC.encode(RecordKind.JOB, one_off("done", T0 + 1_000).to_avro())
+    # Completed: a repeated result finds nothing to do and changes nothing.
+    stored = dict(timer.jobs.data)
+    assert not complete_fired_one_off(scope, b"done", T0 + 1_000, retain)
+    apply_result(scope, b"done", ResultFields("done", T0 + 1_000, "SUCCEEDED"))
+    assert timer.jobs.data == stored

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.timer import keys
-from services.timer.inputs import handle_input
+from services.timer.drain import drain_due
+from services.timer.inputs import apply_input, finish_inputs, handle_input
 from services.timer.retention import (
     MAX_JOBS_PER_ENTRY,
     SINGLE,
@@ -33,13 +34,19 @@ from tests.services.timer.test_timer_logic import (
 RETENTION_MS = 60_000
 
 
-def _finish_in_one_scope(timer: Timer, job_ids: list[str], tick_ms: int, now_ms: int) -> Scope:
-    """SUCCEEDED of each job in one scope, as the service applies a run of results."""
+def _finish_in_one_scope(
+    timer: Timer, job_ids: list[str], tick_ms: int, now_ms: int, *, as_a_run: bool = False
+) -> Scope:
+    """SUCCEEDED of each job in one scope, each record handled alone or ``as_a_run`` (the
+    service's run of results: ``finish_inputs`` once at the end)."""
     scope = timer.scope(now_ms)
+    apply = apply_input if as_a_run else handle_input
     for job_id in job_ids:
         value = result_bytes(job_id, tick_ms, "SUCCEEDED", now_ms)
         timer.offset += 1
-        handle_input(scope, timer.env.results_topic, 0, timer.offset, job_id.encode(), value)
+        apply(scope, timer.env.results_topic, 0, timer.offset, job_id.encode(), value)
+    if as_a_run:
+        finish_inputs(scope)
     return scope
 
 
@@ -155,6 +162,42 @@ def test_a_second_scope_with_the_same_fire_time_keeps_the_jobs_listed_before() -
     timer.out.clear()
     timer.punctuate(T0 + 2_000 + RETENTION_MS)
     assert _tombstoned(timer) == [b"x", b"y", b"z"]  # x once: its state says so once
+
+
+def test_a_run_of_results_lists_its_jobs_as_handling_each_record_alone_does() -> None:
+    """A run writes each entry's value once at its end (or when the next entry opens)."""
+    timers = [Timer(one_off_retention_ms=RETENTION_MS) for _ in range(2)]
+    ids = [f"m{i:04d}" for i in range(MAX_JOBS_PER_ENTRY + 7)]
+    for as_a_run, timer in zip((False, True), timers, strict=True):
+        _fired_one_offs(timer, ids, T0 + 1_000)
+        _finish_in_one_scope(timer, ids[:5], T0 + 1_000, T0 + 2_000, as_a_run=as_a_run)
+        _finish_in_one_scope(timer, ids[5:], T0 + 1_000, T0 + 2_000, as_a_run=as_a_run)
+    alone, run = timers
+    assert run.jobs.data == alone.jobs.data and run.wheel.data == alone.wheel.data
+    entries = _retention_entries(run).values()
+    assert sorted(len(listed) for listed in entries) == [2, 5, MAX_JOBS_PER_ENTRY]
+
+
+def test_an_entry_read_before_its_run_ends_lists_the_jobs_of_the_run_so_far() -> None:
+    """A drain or a delete command in the scope of a run sees the ids not yet written."""
+    timer = Timer(one_off_retention_ms=0)  # the entry is due at once
+    _fired_one_offs(timer, ["p", "q"], T0 + 1_000)
+    scope = timer.scope(T0 + 2_000)
+    for offset, job_id in enumerate(["p", "q"]):
+        value = result_bytes(job_id, T0 + 1_000, "SUCCEEDED", T0 + 2_000)
+        apply_input(scope, timer.env.results_topic, 0, offset, job_id.encode(), value)
+    timer.out.clear()
+    drain_due(scope, 100)
+    assert _tombstoned(timer) == [b"p", b"q"]
+    # A one-off finished and deleted in one run: its entry (its job's alone) goes with it.
+    timer = Timer(one_off_retention_ms=RETENTION_MS)
+    _fired_one_offs(timer, ["solo"], T0 + 1_000)
+    scope = timer.scope(T0 + 2_000)
+    value = result_bytes("solo", T0 + 1_000, "SUCCEEDED", T0 + 2_000)
+    apply_input(scope, timer.env.results_topic, 0, 1, b"solo", value)
+    apply_input(scope, timer.env.jobs_topic, 0, 2, b"solo", None)
+    finish_inputs(scope)
+    assert _retention_entries(timer) == {}
 
 
 def test_a_legacy_single_entry_still_deletes_its_job() -> None:
