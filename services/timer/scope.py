@@ -35,6 +35,9 @@ class StoreTransaction(Protocol):
 
     def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]: ...
 
+    def prefetch(self, keys: list[bytes]) -> None:
+        """Read ``keys`` ahead in one call, for the ``get`` calls that follow (a hint)."""
+
 
 Emit = Callable[[str, bytes | None, bytes | None], None]
 """Produce ``(topic, key, value)`` in the current transaction; a ``None`` value is a tombstone."""

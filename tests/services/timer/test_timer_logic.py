@@ -51,7 +51,7 @@ T_MIN = 1_790_000_040_000  # 2026-09-21T14:14:00Z, a whole minute
 
 
 class FakeStore:
-    """A sorted in-memory key-value store with the processor transaction's four calls."""
+    """A sorted in-memory key-value store with the processor transaction's calls."""
 
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
@@ -73,6 +73,9 @@ class FakeStore:
         first = bisect.bisect_left(self._keys, start)
         last = bisect.bisect_left(self._keys, end)
         return [(k, self.data[k]) for k in self._keys[first:last][:limit]]
+
+    def prefetch(self, keys: list[bytes]) -> None:
+        """Nothing to read ahead in memory."""
 
 
 def result_bytes(job_id: str, tick_ms: int, status: str, now_ms: int) -> bytes:
