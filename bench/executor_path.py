@@ -30,7 +30,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 _BATCH = 2_000  # records per consumer batch, as the executor's consume_batch_size
 
@@ -80,38 +79,12 @@ class _OwnsEverything:
         return token is self._token
 
 
-def _due_event(i: int, now_ms: int) -> dict[str, Any]:
-    job_id = f"bench-{i:07d}"
-    return {
-        "execution_id": f"{job_id}@{now_ms}",
-        "job_id": job_id,
-        "job_version": 1,
-        "scheduled_for_ms": now_ms,
-        "fire_at_ms": now_ms,
-        "attempt": 1,
-        "handler": "examples.noop",
-        "payload": b"{}",
-        "timeout_ms": 60_000,
-        "priority": "NORMAL",
-        "retry": {
-            "max_attempts": 3,
-            "initial_backoff_ms": 1000,
-            "multiplier": 2.0,
-            "max_backoff_ms": 300_000,
-            "jitter_ratio": 0.1,
-        },
-        "trigger": "SCHEDULE",
-        "tenant": "default",
-        "emitted_at_ms": now_ms,
-        "history": [],
-    }
-
-
 async def _replay(args: argparse.Namespace, folder: Path) -> tuple[float, float, float, float]:
     """Run the records; (CPU s per execution, of which in commits, changelog records per
     execution, outputs per execution)."""
     from confluent_kafka import Message
 
+    from bench.execute import due_record
     from services.executor.chains import Chains
     from services.executor.deadlines import Deadlines
     from services.executor.dedup import DEFAULT_RETENTION_MS, DedupStore
@@ -134,7 +107,7 @@ async def _replay(args: argparse.Namespace, folder: Path) -> tuple[float, float,
             partition=i % args.partitions,
             offset=i // args.partitions,
             key=f"bench-{i:07d}".encode(),
-            value=codec.encode(RecordKind.DUE_EVENT, _due_event(i, now_ms)),
+            value=codec.encode(RecordKind.DUE_EVENT, due_record(i, now_ms, "examples.noop", b"{}")),
         )
         for i in range(args.records)
     ]

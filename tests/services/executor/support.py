@@ -53,3 +53,13 @@ class RecordingProducer:
     def delivered_offset(self, topic: str, partition: int) -> int | None:
         mine = [r for r in self.records if r[0] == topic and r[3] == partition]
         return len(mine) - 1 if mine else None
+
+
+class SettableClock:
+    """A wall clock in epoch ms that a test moves by hand (``clock.now_ms += ...``)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms

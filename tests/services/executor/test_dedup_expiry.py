@@ -24,7 +24,7 @@ from services.executor.dedup import (
 from services.executor.settings import ExecutorSettings
 from streams.state.store import Store
 from streams.topics import DUE_RETENTION_MS, DUE_SEGMENT_MS
-from tests.services.executor.support import RecordingProducer
+from tests.services.executor.support import RecordingProducer, SettableClock
 
 CHANGELOG = "ns.changelog.g.dedup"
 PARTITION = 3
@@ -33,21 +33,13 @@ T0 = 1_700_000_000_000
 DONE = DedupEntry(Progress.SUCCEEDED, 1, 0)
 
 
-class Clock:
-    def __init__(self, now_ms: int = T0) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
 class Harness:
     """One dedup store with expiry, its clock, and the changelog records it produced."""
 
     def __init__(
         self, tmp_path: Path, producer: RecordingProducer | None = None, **options: int
     ) -> None:
-        self.clock = Clock()
+        self.clock = SettableClock(T0)
         self.producer = producer or RecordingProducer()  # one per store: offsets go on
         self.dedup = DedupStore(
             "g", tmp_path, CHANGELOG, retention_ms=RETENTION_MS, clock_ms=self.clock, **options
@@ -240,7 +232,7 @@ def test_a_write_time_taken_by_another_owner_is_not_overwritten(tmp_path: Path) 
 
 
 def test_without_retention_nothing_is_indexed_or_swept(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = SettableClock(T0)
     dedup = DedupStore("g", tmp_path, CHANGELOG, clock_ms=clock)
     dedup.store.open_partition(PARTITION)
     producer = RecordingProducer()

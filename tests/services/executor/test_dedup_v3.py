@@ -24,7 +24,7 @@ from services.executor.dedup import (
     index_key,
     written_at_ms,
 )
-from tests.services.executor.support import RecordingProducer
+from tests.services.executor.support import RecordingProducer, SettableClock
 
 CHANGELOG = "ns.changelog.g.dedup"
 PARTITION = 3
@@ -34,21 +34,13 @@ DONE = DedupEntry(Progress.SUCCEEDED, 1, 0)
 FAILED = DedupEntry(Progress.RETRY_SCHEDULED, 1, 0)
 
 
-class Clock:
-    def __init__(self, now_ms: int = T0) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
 class Owner:
     """Successive dedup stores of one partition on one folder, sharing a clock and the
     changelog (a recording producer): each open is an executor version taking over."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.clock = Clock()
+        self.clock = SettableClock(T0)
         self.producer = RecordingProducer()
         self.dedup: DedupStore | None = None
 
@@ -110,7 +102,7 @@ def ids(prefix: str, n: int) -> dict[str, DedupEntry]:
 
 def test_a_commit_writes_one_changelog_record_per_partition(tmp_path: Path) -> None:
     producer = RecordingProducer()
-    clock = Clock()
+    clock = SettableClock(T0)
     dedup = DedupStore(
         "g", tmp_path, CHANGELOG, retention_ms=RETENTION_MS, clock_ms=clock, entries_in_index=True
     )

@@ -27,6 +27,7 @@ from streams.settings import KafkaSettings
 from streams.state.changelog import changelog_topic, ensure_changelog_topics
 from streams.state.recovery import Recovery
 from streams.topics import Priority, TopicNames
+from tests.services.executor.support import SettableClock
 from tests.streams.processor_testkit import Record, read_committed
 
 pytestmark = pytest.mark.kafka
@@ -35,14 +36,6 @@ RETENTION_MS = 60_000
 T0 = 1_700_000_000_000
 DONE = DedupEntry(Progress.SUCCEEDED, 1, 0)
 FAILED = DedupEntry(Progress.RETRY_SCHEDULED, 1, 0)
-
-
-class Clock:
-    def __init__(self, now_ms: int = T0) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 class Changelog:
@@ -59,7 +52,7 @@ class Changelog:
         )
         self.producer.init()
 
-    def dedup(self, folder: Path, clock: Clock, *, entries_in_index: bool) -> DedupStore:
+    def dedup(self, folder: Path, clock: SettableClock, *, entries_in_index: bool) -> DedupStore:
         dedup = DedupStore(
             self.group, folder, self.topic, retention_ms=RETENTION_MS, clock_ms=clock,
             entries_in_index=entries_in_index,
@@ -79,7 +72,7 @@ class Changelog:
     def records(self) -> list[Record]:
         return read_committed(self.settings, self.topic)
 
-    def restored(self, folder: Path, clock: Clock) -> DedupStore:
+    def restored(self, folder: Path, clock: SettableClock) -> DedupStore:
         """A dedup store restored from the changelog into ``folder`` (empty: from scratch)."""
         dedup = self.dedup(folder, clock, entries_in_index=True)
         recovery = Recovery(
@@ -112,7 +105,7 @@ def test_v3_changelog_restores_rewrites_and_sweeps_into_a_wiped_folder(
     topics: KafkaSettings, tmp_path: Path
 ) -> None:
     changelog = Changelog(topics)
-    clock = Clock()
+    clock = SettableClock(T0)
     live = changelog.dedup(tmp_path / "live", clock, entries_in_index=True)
     first = {p: ids(f"first-{p}", 300, FAILED) for p in PARTITIONS}
     rewritten = {p: {e: DedupEntry(Progress.SUCCEEDED, 2, 0) for e in list(first[p])[:50]}
@@ -156,7 +149,7 @@ def test_entries_expired_by_the_restores_clock_are_not_restored(
     topics: KafkaSettings, tmp_path: Path
 ) -> None:
     changelog = Changelog(topics)
-    clock = Clock()
+    clock = SettableClock(T0)
     live = changelog.dedup(tmp_path / "live", clock, entries_in_index=True)
     try:
         changelog.commit(live, {p: ids(f"early-{p}", 100) for p in PARTITIONS})
@@ -164,7 +157,8 @@ def test_entries_expired_by_the_restores_clock_are_not_restored(
         changelog.commit(live, {p: ids(f"late-{p}", 100) for p in PARTITIONS})
     finally:
         live.close()
-    later = Clock(T0 + RETENTION_MS + 500)  # early ones expired, late ones not; nothing swept
+    # early ones expired, late ones not; nothing swept
+    later = SettableClock(T0 + RETENTION_MS + 500)
     restored = changelog.restored(tmp_path / "wiped", later)
     try:
         for p in PARTITIONS:
@@ -186,7 +180,7 @@ def test_a_changelog_mixed_with_per_entry_records_restores_and_empties(
     topics: KafkaSettings, tmp_path: Path
 ) -> None:
     changelog = Changelog(topics)
-    clock = Clock()
+    clock = SettableClock(T0)
     folder = tmp_path / "live"
     legacy = {p: ids(f"legacy-{p}", 100, FAILED) for p in PARTITIONS}
     retried = {p: {e: DedupEntry(Progress.SUCCEEDED, 2, 0) for e in list(legacy[p])[:30]}
