@@ -29,6 +29,7 @@ import pstats
 import shutil
 import tempfile
 import time
+from inspect import signature
 from pathlib import Path
 
 _BATCH = 2_000  # records per consumer batch, as the executor's consume_batch_size
@@ -111,8 +112,16 @@ async def _replay(args: argparse.Namespace, folder: Path) -> tuple[float, float,
         )
         for i in range(args.records)
     ]
+    # The executor's default dedup changelog format (v3), where the tree has it.
+    formats = (
+        {"entries_in_index": True} if "entries_in_index" in signature(DedupStore).parameters else {}
+    )
     dedup = DedupStore(
-        "bench", folder, names.changelog("bench", "dedup"), retention_ms=DEFAULT_RETENTION_MS
+        "bench",
+        folder,
+        names.changelog("bench", "dedup"),
+        retention_ms=DEFAULT_RETENTION_MS,
+        **formats,  # type: ignore[arg-type]
     )
     offsets: OffsetTracker[tuple[str, int]] = OffsetTracker()
     for partition in range(args.partitions):

@@ -26,4 +26,4 @@ def test_every_record_runs_and_the_figures_are_printed() -> None:
     cpu_us, commit_us, changelog, outputs = map(float, match.groups())
     assert 0 < commit_us < cpu_us
     assert outputs == 1.0  # one SUCCEEDED per execution, nothing else
-    assert 0 < changelog <= 1.01  # the dedup changelog of the two commits
+    assert 0 < changelog <= 1.01  # the dedup changelog of the two commits (v3: ~0.001)
