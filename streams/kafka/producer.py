@@ -26,6 +26,8 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 _MAX_RESETS_PER_MINUTE = 3
+# Codes a produce() of a fenced or fatally failed client raises (without the fatal flag).
+_CLIENT_FAILED = frozenset({KafkaError._FATAL, KafkaError._FENCED})
 _MAX_CAUSES = 4  # how deep to look for the KafkaException behind a SystemError
 
 
@@ -202,7 +204,11 @@ class TransactionalProducer:
     @staticmethod
     def _refused(topic: str, partition: int | None, exc: KafkaException) -> KafkronError:
         error = exc.args[0] if exc.args else None
-        if isinstance(error, KafkaError) and (error.fatal() or error.txn_requires_abort()):
+        if isinstance(error, KafkaError) and (
+            error.fatal() or error.txn_requires_abort() or error.code() in _CLIENT_FAILED
+        ):
+            # A fenced or fatally failed client refuses every produce with _FATAL, without
+            # librdkafka's fatal flag: that is the client's state, not the record's fault.
             return operation_error(f"produce to {topic}", exc)
         if isinstance(error, KafkaError) and error.code() == KafkaError._STATE:
             # The transaction failed underneath (e.g. an earlier record without a delivery

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
@@ -145,3 +147,37 @@ def test_group_consumer_config_and_group_session(kafka_settings: KafkaSettings) 
     admin = admin_client(kafka_settings)
     described = admin.describe_configs([resource])[resource].result()
     assert described["consumer.session.timeout.ms"].value == "4000"
+
+
+def test_produce_on_a_client_fenced_in_the_background_is_a_fatal_operation_error(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """librdkafka refuses a fenced client's produce() with _FATAL but no fatal flag.
+
+    That is the client's state, not a bad record: it must come out as a fatal
+    KafkaOperationError (abort, replace the client), never as a caller error that stops
+    the processor. Found when a member stalled past the transaction timeout.
+    """
+    topic = kafka_settings.namespace + "out"
+    create_topics(kafka_settings, [topic])
+    first = TransactionalProducer(kafka_settings, "fenced-bg", tracked_topics=[topic])
+    first.init()
+    first.produce_changelog(topic, 0, [(b"k", b"zombie")])
+    second = TransactionalProducer(kafka_settings, "fenced-bg")
+    second.init()  # fences the first; it learns so when adding its next partition
+    try:
+        deadline = time.monotonic() + 30
+        with pytest.raises(KafkaOperationError) as raised:
+            step = 1
+            while time.monotonic() < deadline:  # a new partition makes it ask the coordinator
+                first.produce_changelog(topic, step % kafka_settings.partitions, [(b"k", b"x")])
+                step += 1
+                time.sleep(0.05)
+        assert raised.value.fatal
+        first.abort()  # replaces the client
+        first.produce_changelog(topic, 0, [(b"k", b"new")])
+        first.commit()
+    finally:
+        first.close()
+        second.close()
+    assert [r.value for r in read_committed(kafka_settings, topic)] == [b"new"]

@@ -120,12 +120,15 @@ class Feeder(threading.Thread):
         self.settings, self.topic, self.total, self.duration_s = settings, topic, total, duration_s
         self.expected: Counter[bytes] = Counter()
         self.rnd = random.Random(total)
+        self.stopped = threading.Event()  # set when the test ends: stop feeding
 
     def run(self) -> None:
         producer = Producer(self.settings.client_config(partitioner="murmur2_random"))
         batch = 200
         pause = self.duration_s / (self.total / batch)
         for start in range(0, self.total, batch):
+            if self.stopped.is_set():
+                break
             keys = [b"key-%d" % self.rnd.randrange(KEYS) for _ in range(batch)]
             self.expected.update(keys)
             for key in keys:
@@ -142,6 +145,26 @@ def io(kafka_settings: KafkaSettings) -> tuple[str, str]:
 
 
 Spawn = Callable[[str, Path], CounterProcess]
+Feed = Callable[[int, float], Feeder]
+
+
+@pytest.fixture
+def feed(kafka_settings: KafkaSettings, io: tuple[str, str]) -> Iterator[Feed]:
+    """Starts a feeder of the input topic; stopped and joined when the test ends.
+
+    A failed test must not leave it producing into the next test (its topics are gone then).
+    """
+    started: list[Feeder] = []
+
+    def start(total: int, duration_s: float) -> Feeder:
+        started.append(Feeder(kafka_settings, io[0], total=total, duration_s=duration_s))
+        started[-1].start()
+        return started[-1]
+
+    yield start
+    for feeder in started:
+        feeder.stopped.set()
+        feeder.join(60)
 
 
 @pytest.fixture
@@ -198,12 +221,11 @@ def assert_exact_counts(
 
 
 def test_exact_counts_through_sigkill_and_restart(
-    kafka_settings: KafkaSettings, io: tuple[str, str], tmp_path: Path, spawn: Spawn
+    kafka_settings: KafkaSettings, io: tuple[str, str], tmp_path: Path, spawn: Spawn, feed: Feed
 ) -> None:
     seed = int.from_bytes(os.urandom(4), "big")
     rnd = random.Random(seed)
-    feeder = Feeder(kafka_settings, io[0], total=30_000, duration_s=25)
-    feeder.start()
+    feeder = feed(30_000, 25)
     state = tmp_path / "a"
     current = spawn("a", state)
     for round_ in range(4):
@@ -222,10 +244,9 @@ def test_exact_counts_through_sigkill_and_restart(
 
 
 def test_exact_counts_through_rebalances_and_failover(
-    kafka_settings: KafkaSettings, io: tuple[str, str], tmp_path: Path, spawn: Spawn
+    kafka_settings: KafkaSettings, io: tuple[str, str], tmp_path: Path, spawn: Spawn, feed: Feed
 ) -> None:
-    feeder = Feeder(kafka_settings, io[0], total=36_000, duration_s=30)
-    feeder.start()
+    feeder = feed(36_000, 30)
     first = spawn("a", tmp_path / "a")
     first.wait_event("first")
     time.sleep(1.0)
@@ -267,10 +288,10 @@ def test_exact_counts_when_a_stalled_member_comes_back_as_a_zombie(
     io: tuple[str, str],
     tmp_path: Path,
     spawn: Spawn,
+    feed: Feed,
     stall_s: float,
 ) -> None:
-    feeder = Feeder(kafka_settings, io[0], total=24_000, duration_s=24)
-    feeder.start()
+    feeder = feed(24_000, 24)
     first = spawn("a", tmp_path / "a")
     first.wait_event("first")
     second = spawn("b", tmp_path / "b")
