@@ -177,28 +177,27 @@ def cancel_record(current: Mapping[str, Any], now_us: int) -> JobRecord | None:
 
 def pause_record(current: Mapping[str, Any], now_us: int) -> JobRecord | None:
     """The record of a pause, or None when the job is already paused."""
-    status = _status(current)
-    if status is JobStatus.PAUSED:
-        return None
-    if status is not JobStatus.SCHEDULED:
-        raise JobConflictError(
-            current["job_id"],
-            f"job {current['job_id']} is {status.value}; only a SCHEDULED job can be paused",
-        )
-    return _updated(current, now_us, status=JobStatus.PAUSED.value)
+    return _switched(current, now_us, JobStatus.SCHEDULED, JobStatus.PAUSED, "paused")
 
 
 def resume_record(current: Mapping[str, Any], now_us: int) -> JobRecord | None:
     """The record of a resume, or None when the job is already scheduled."""
+    return _switched(current, now_us, JobStatus.PAUSED, JobStatus.SCHEDULED, "resumed")
+
+
+def _switched(
+    current: Mapping[str, Any], now_us: int, source: JobStatus, target: JobStatus, verb: str
+) -> JobRecord | None:
+    """``current`` moved from ``source`` to ``target`` status; None when already there."""
     status = _status(current)
-    if status is JobStatus.SCHEDULED:
+    if status is target:
         return None
-    if status is not JobStatus.PAUSED:
+    if status is not source:
         raise JobConflictError(
             current["job_id"],
-            f"job {current['job_id']} is {status.value}; only a PAUSED job can be resumed",
+            f"job {current['job_id']} is {status.value}; only a {source.value} job can be {verb}",
         )
-    return _updated(current, now_us, status=JobStatus.SCHEDULED.value)
+    return _updated(current, now_us, status=target.value)
 
 
 def trigger_record(current: Mapping[str, Any], now_us: int) -> JobRecord:

@@ -182,9 +182,9 @@ def test_pause_and_resume() -> None:
     assert resume_record(resumed, NOW_US + 4) is None
     cancelled = cancel_record(current, NOW_US + 1)
     assert cancelled is not None
-    with pytest.raises(JobConflictError):
+    with pytest.raises(JobConflictError, match="is CANCELLED; only a SCHEDULED job can be paused"):
         pause_record(cancelled, NOW_US + 2)
-    with pytest.raises(JobConflictError):
+    with pytest.raises(JobConflictError, match="is CANCELLED; only a PAUSED job can be resumed"):
         resume_record(cancelled, NOW_US + 2)
 
 
