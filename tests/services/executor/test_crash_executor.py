@@ -147,17 +147,19 @@ def test_a_stopped_executor_is_fenced_and_its_results_never_show(
     )  # fmt: skip
     # Steady traffic: the stopped executor most likely holds an open transaction with results.
     ticks = Ticker(topics, "fence")
-    time.sleep(0.5)
-    stopped.signal(signal.SIGSTOP)
-    stopped_at = time.monotonic()
-    mine = {slow[p]["execution_id"] for p, w in mapping.items() if w == "fence-a"}
-    try:
-        reader.wait_for(lambda r: all(finals(r.results())[i] for i in ids), 90, "takeover")
-        time.sleep(max(0.0, stopped_at + 12 - time.monotonic()))  # past the txn timeout
+    try:  # a failure must not leave the ticker producing into the next test's broker
+        time.sleep(0.5)
+        stopped.signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        mine = {slow[p]["execution_id"] for p, w in mapping.items() if w == "fence-a"}
+        try:
+            reader.wait_for(lambda r: all(finals(r.results())[i] for i in ids), 90, "takeover")
+            time.sleep(max(0.0, stopped_at + 12 - time.monotonic()))  # past the txn timeout
+        finally:
+            stopped.signal(signal.SIGCONT)
+        time.sleep(6)  # it wakes up, its runs finish, it tries to commit and finds out
     finally:
-        stopped.signal(signal.SIGCONT)
-    time.sleep(6)  # it wakes up, its runs finish, it tries to commit and finds out
-    ticks.stop()
+        ticks.stop()
     owners(topics, reader, "after")  # everything still runs, on both
     late = TopicReader(topics, ["job-results"], isolation="read_uncommitted")
     late.wait_for(lambda r: len(r.records) >= len(reader.results()), 30, "uncommitted results")
