@@ -1,9 +1,10 @@
-"""The in-flight window: *chains* of runs that take buffered records one at a time.
+"""The in-flight window: *chains* of runs that take buffered records, a run at a time.
 
-A chain is a task that takes the next record from the lane buffers and starts it (a plain
-call), awaiting only the rest of a run that must wait, then takes the next, until the
-buffers are empty. A handler that finishes without suspending costs no task, no coroutine
-frame, no timer and no loop turn; a run that waits holds its chain, and
+A chain is a task that takes the next records from the lane buffers (a run of one
+partition, :meth:`LaneBuffers.take_run`) and starts them (a plain call), awaiting only the
+rest of a run that must wait, after putting the records behind it back, then takes the
+next, until the buffers are empty. A handler that finishes without suspending costs no
+task, no coroutine frame, no timer and no loop turn; a run that waits holds its chain, and
 :meth:`Chains.dispatch` starts more while records wait and no chain is free to take them
 (1, 2, 4, ... per loop turn, up to ``max_in_flight`` chains). A chain yields to the loop
 every ``yield_every`` records so that consuming and committing go on.
@@ -17,16 +18,20 @@ from typing import Any
 
 from services.executor.lane_buffers import Buffered, LaneBuffers
 
-StartRecord = Callable[[Buffered, "asyncio.Task[Any]"], Coroutine[Any, Any, None] | None]
-"""Starts one record; returns the rest of its run to await, or None when it is done.
-The task is the chain's own, to cancel the run at its deadline or when it is dropped."""
+StartRecords = Callable[
+    [list[Buffered], "asyncio.Task[Any]"], tuple[int, Coroutine[Any, Any, None] | None]
+]
+"""Starts records of one partition in order (a run from :meth:`LaneBuffers.take_run`) until
+one must wait; returns how many it took (the rest were not touched) and the rest of the run
+of the last one taken to await, or None when all are done. The task is the chain's own, to
+cancel the run at its deadline or when it is dropped."""
 
 
 class Chains:
     """At most ``max_in_flight`` chains running records from ``buffers`` with ``start``."""
 
     def __init__(
-        self, buffers: LaneBuffers, start: StartRecord, max_in_flight: int, yield_every: int = 256
+        self, buffers: LaneBuffers, start: StartRecords, max_in_flight: int, yield_every: int = 256
     ) -> None:
         self._buffers = buffers
         self._start = start
@@ -35,6 +40,11 @@ class Chains:
         self._tasks: set[asyncio.Task[None]] = set()
         self._free = 0  # chains at their yield point, about to take more records
         self._burst = 1
+        # Records per take, for every chain: 1 once a run had to wait (the records taken
+        # after it go back, read again later: a take of many while most runs wait would
+        # read each record many times), doubled after each take that ran to its end without
+        # waiting, up to ``yield_every``.
+        self._run_limit = yield_every
         self.stopping = False
 
     def __len__(self) -> int:
@@ -68,17 +78,26 @@ class Chains:
     async def _chain(self) -> None:
         task = asyncio.current_task()
         assert task is not None
-        take, start = self._buffers.take, self._start
-        done = 0
+        buffers, start = self._buffers, self._start
+        take_run = buffers.take_run
+        every = self._yield_every
+        left = every  # records until the next yield
         while not self.stopping:
-            message = take()
-            if message is None:
+            limit = self._run_limit
+            records = take_run(limit if limit < left else left)
+            if not records:
                 return
-            rest = start(message, task)
+            taken, rest = start(records, task)
+            if taken < len(records):
+                buffers.put_back(records[taken:])  # before any await: taken next, as if never
+                self._run_limit = 1
+            elif rest is None and limit < every:
+                self._run_limit = limit + limit
             if rest is not None:
                 await rest
-            done += 1
-            if done % self._yield_every == 0:
+            left -= taken
+            if left <= 0:
+                left = every
                 self._free += 1
                 try:
                     await asyncio.sleep(0)

