@@ -47,6 +47,27 @@ class _CountedChangelog:
         self.records += 1
 
 
+class _Record:
+    """A consumed record as ``on_records`` sees it (the methods of a Kafka message it uses)."""
+
+    __slots__ = ("_key", "_offset", "_value")
+
+    def __init__(self, key: bytes, value: bytes, offset: int) -> None:
+        self._key, self._value, self._offset = key, value, offset
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return 0, 0
+
+
 class _Stores:
     """The two partition stores and their open transactions, committed like the processor."""
 
@@ -145,8 +166,11 @@ def replay(args: argparse.Namespace) -> tuple[float, float]:
             for i in range(args.jobs)
             for status in statuses
         ]  # encoded ahead: the timed loop is the timer's work only
-        # A run as TimerHooks.on_records applies it (a tree before runs: record by record).
+        # A run as TimerHooks.on_records applies it (a tree before runs: record by record;
+        # before apply_results: each record through apply_input).
         apply = getattr(inputs, "apply_input", handle_input)
+        apply_run = getattr(inputs, "apply_results", None)
+        records = [_Record(key, value, offset) for offset, (key, value) in enumerate(results, 1)]
         finish = getattr(inputs, "finish_inputs", lambda scope: None)
         pacer = DrainPacer(1_000, 250, 20_000)  # the full collection rate (not busy)
         collect_from = b""
@@ -161,8 +185,11 @@ def replay(args: argparse.Namespace) -> tuple[float, float]:
             prefetch = getattr(run_scope.jobs, "prefetch", None)  # as TimerHooks.on_records
             if prefetch is not None and len(run) > 1:
                 prefetch([key for key, _ in run])
-            for offset, (key, value) in enumerate(run, start + 1):
-                apply(run_scope, topic, 0, offset, key, value)
+            if apply_run is not None:
+                apply_run(run_scope, 0, records[start : start + args.run_size])
+            else:
+                for offset, (key, value) in enumerate(run, start + 1):
+                    apply(run_scope, topic, 0, offset, key, value)
             finish(run_scope)
             end = start + len(run)
             if end // args.per_punctuation > start // args.per_punctuation:

@@ -198,45 +198,42 @@ class Processor:
                 self._producer.close()
 
     def _process(self, messages: list[Message]) -> None:
-        ready: list[Message] = []
+        on_records = getattr(self._hooks, "on_records", None)
+        contexts = self._contexts
         first: dict[tuple[str, int], int] = {}  # per partition, processed or not
+        # Runs of consecutive records of one restored topic partition, in consumed order
+        # (records of other partitions between them do not end a run): one hook call and
+        # one offset update per run instead of per record. One pass, and a record's offset
+        # is read only where a run starts.
+        runs: list[tuple[str, int, list[Message]]] = []
+        run: list[Message] = []
+        run_key: tuple[str, int] | None = None
         for message in messages:
             error = message.error()
             if error is not None:
                 self._consumer_error(error)
                 continue
             key = (message.topic() or "", message.partition() or 0)
-            first.setdefault(key, message.offset() or 0)
-            if key[1] in self._contexts:
-                ready.append(message)
+            if key == run_key:
+                run.append(message)
+                continue
+            if key not in first:
+                first[key] = message.offset() or 0
+            if key[1] in contexts:
+                run_key, run = key, [message]
+                runs.append((*key, run))
         for key, offset in first.items():
-            if key[1] not in self._contexts:  # not restored (or just released): read again
+            if key[1] not in contexts:  # not restored (or just released): read again
                 self._seek_back(TopicPartition(*key, offset))
         # Each batch's first offsets are rewind points of this transaction (restored partitions
         # only: the others were just sought back, or belong to another member now).
-        self._checkpoint.note_consumed({k: o for k, o in first.items() if k[1] in self._contexts})
-        on_records = getattr(self._hooks, "on_records", None)
+        self._checkpoint.note_consumed({k: o for k, o in first.items() if k[1] in contexts})
         if on_records is None:
-            self._process_each(ready)
+            self._process_each([message for _, _, run in runs for message in run])
             return
-        # Runs of consecutive records of one topic partition, in consumed order: one hook
-        # call and one offset update per run instead of per record.
-        start = 0
-        while start < len(ready):
-            topic, partition = ready[start].topic() or "", ready[start].partition() or 0
-            end = start + 1
-            while (
-                end < len(ready)
-                and ready[end].partition() == partition
-                and ready[end].topic() == topic
-            ):
-                end += 1
-            run = ready[start:end]
+        for topic, partition, run in runs:
             self._checkpoint.record_offset(topic, partition, run[-1].offset() or 0)
-            self._call_hook(
-                "on_records", on_records, self._contexts[partition], topic, partition, run
-            )
-            start = end
+            self._call_hook("on_records", on_records, contexts[partition], topic, partition, run)
 
     def _process_each(self, ready: list[Message]) -> None:
         for message in ready:

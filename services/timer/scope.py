@@ -33,6 +33,9 @@ class StoreTransaction(Protocol):
 
     def delete(self, key: bytes) -> None: ...
 
+    def delete_many(self, keys: list[bytes]) -> None:
+        """Delete each of ``keys``, as ``delete`` each in order."""
+
     def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]: ...
 
     def prefetch(self, keys: list[bytes]) -> None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 
 from services.timer.drain import drain_due
-from services.timer.inputs import apply_input, finish_inputs, handle_input
+from services.timer.inputs import apply_input, apply_results, finish_inputs, handle_input
 from services.timer.pacing import DrainPacer, trickle_commit_ms
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
@@ -72,8 +72,11 @@ class TimerHooks:
         # Every record reads its job's state: one multi-get for the run (~1 us less per key).
         if len(records) > 1:
             scope.jobs.prefetch([key for record in records if (key := record.key()) is not None])
-        for record in records:
-            apply_input(scope, topic, partition, record.offset(), record.key(), record.value())
+        if topic == self.env.results_topic:
+            apply_results(scope, partition, records)
+        else:
+            for record in records:
+                apply_input(scope, topic, partition, record.offset(), record.key(), record.value())
         finish_inputs(scope)
 
     def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:

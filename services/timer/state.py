@@ -25,6 +25,7 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -208,29 +209,46 @@ def complete_fired_one_off(
     # The status ends with the last quote: the tail matched holds none, so the 11 values
     # after it are the last 11 of the 14 stored fields (a 13-field state never matches).
     status_end = data.rfind(b'",', 5, end) + 1
-    tail = _FAST_ONE_OFF_TAIL.fullmatch(data, status_end, end) if status_end else None
-    if tail is None:
+    if not status_end:
         return False
-    tick = b"%d" % tick_ms
-    sched_tick, sched_fire, run_at = tail.group(1, 2, 3)
-    if sched_tick != tick or run_at != tick:
+    pending = _pending_fast_one_off(data[status_end:end])
+    if pending is None or pending[0] != tick_ms:
         return False
-    if not _fast_entry_fired(scope, keys.schedule_key(int(sched_fire), job_id)):
+    if not _fast_entry_fired(scope, keys.schedule_key(pending[1], job_id)):
         return False
-    body = b"".join(
-        (
-            data[5:status_end],
-            b",null,null,false,",
-            tick,  # last_tick_ms
-            b",[],null,[],null,true,",
-            b"%d" % retain(scope, job_id),  # tombstone_fire_ms
-            b",",
-            tick,  # the one-off's run time
-            b"]",
-        )
-    )
-    scope.jobs.set(job_id, _PACK_HEADER(_FORMAT, len(body)) + body + data[end:])
+    tail = _completed_one_off_tail(tick_ms, retain(scope, job_id))
+    header = _PACK_HEADER(_FORMAT, status_end - 5 + len(tail))
+    scope.jobs.set(job_id, b"".join((header, data[5:status_end], tail, data[end:])))
     return True
+
+
+@lru_cache(maxsize=4096)
+def _pending_fast_one_off(tail: bytes) -> tuple[int, int] | None:
+    """(run time, wheel key time) of a one-off waiting on its fast entry for its run time, from
+    the stored JSON after its status; None for any other tail.
+
+    Remembered: a herd's one-offs share one tail.
+    """
+    match = _FAST_ONE_OFF_TAIL.fullmatch(tail)
+    if match is None:
+        return None
+    sched_tick, sched_fire, run_at = match.group(1, 2, 3)
+    # Equal bytes in orjson's form only, as a comparison with b"%d" % tick would find.
+    if sched_tick != run_at or b"%d" % int(run_at) != run_at:
+        return None
+    return int(run_at), int(sched_fire)
+
+
+@lru_cache(maxsize=64)
+def _completed_one_off_tail(tick_ms: int, tombstone_fire_ms: int) -> bytes:
+    """The JSON after the status of a one-off completed at ``tick_ms``, as save_state writes
+    it: no pending entry, ``tick_ms`` settled, nothing in flight, the tombstone time, the run
+    time."""
+    return b",null,null,false,%d,[],null,[],null,true,%d,%d]" % (
+        tick_ms,  # last_tick_ms
+        tombstone_fire_ms,
+        tick_ms,  # the one-off's run time
+    )
 
 
 def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
@@ -252,7 +270,10 @@ def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
 
 def _fast_entry_fired(scope: Scope, key: bytes) -> bool:
     """Did the fast entry ``key`` fire (below the watermark, or already collected)?"""
-    return is_fired(scope, key) or scope.wheel.get(key) is None
+    mark = scope.fired_through  # is_fired inlined: called once per finished execution
+    if mark is None:
+        return is_fired(scope, key) or scope.wheel.get(key) is None
+    return key < mark or scope.wheel.get(key) is None
 
 
 def save_state(scope: Scope, state: TimerState) -> None:

@@ -59,8 +59,7 @@ def collect_fired(scope: Scope, limit: int, start: bytes = b"") -> tuple[int, by
     if not mark or start >= mark:
         return 0, start
     leftovers = scope.wheel.iter_range(start, mark, limit)
-    for key, _ in leftovers:
-        scope.wheel.delete(key)
+    scope.wheel.delete_many([key for key, _ in leftovers])
     if len(leftovers) < limit:
         return len(leftovers), mark
     return len(leftovers), leftovers[-1][0] + b"\x00"

@@ -193,11 +193,12 @@ class PartitionStore:
             )
         self._gap = None
         batch = WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
         for key, value in updates.items():
             if value is None:
-                batch.delete(key)
+                delete(key)
             else:
-                batch.put(key, value)
+                put(key, value)
         if changelog_offset is not None:
             batch.put(
                 CHANGELOG_OFFSET_KEY,

@@ -42,6 +42,11 @@ class TransactionStatus(StrEnum):
     FAILED = "FAILED"
 
 
+_STARTED = TransactionStatus.STARTED
+"""The status every read and write checks: a module global is read ~0.1 us faster than an
+enum member through its class (Python 3.11), twice or more per timer result."""
+
+
 class ChangelogWriter(Protocol):
     """Where ``prepare()`` sends changelog records (the transactional producer).
 
@@ -93,7 +98,7 @@ class StoreTransaction:
 
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` as this transaction sees it."""
-        if self.status is not TransactionStatus.STARTED:  # the common case, checked inline
+        if self.status is not _STARTED:  # the common case, checked inline
             self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         if key in self._updates:
             return self._updates[key]
@@ -109,7 +114,7 @@ class StoreTransaction:
     def prefetch(self, keys: list[bytes]) -> None:
         """Read the stored values of ``keys`` in one multi-get, for the :meth:`get` calls that
         follow (a run of input records each reading its job's state)."""
-        if self.status is not TransactionStatus.STARTED:
+        if self.status is not _STARTED:
             self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         reads, updates = self._reads, self._updates
         missing = [key for key in dict.fromkeys(keys) if key not in updates and key not in reads]
@@ -122,7 +127,7 @@ class StoreTransaction:
 
     def set(self, key: bytes, value: bytes) -> None:
         """Write ``value`` under ``key``."""
-        if self.status is not TransactionStatus.STARTED:
+        if self.status is not _STARTED:
             self._check(TransactionStatus.STARTED)
         if not isinstance(key, bytes) or not isinstance(value, bytes):
             self.status = TransactionStatus.FAILED
@@ -139,7 +144,8 @@ class StoreTransaction:
 
     def delete(self, key: bytes) -> None:
         """Delete ``key`` (a tombstone on the changelog)."""
-        self._check(TransactionStatus.STARTED)
+        if self.status is not _STARTED:
+            self._check(TransactionStatus.STARTED)
         updates = self._updates
         if key not in updates:
             self._new_keys.append(key)
@@ -149,6 +155,25 @@ class StoreTransaction:
         updates[key] = None
         if self._low_key is None or key < self._low_key:
             self._low_key = key
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        """Delete each of ``keys``, as :meth:`delete` each in order (a timer's collection of
+        fired entries: new keys in C loops instead of a call per key)."""
+        if self.status is not _STARTED:
+            self._check(TransactionStatus.STARTED)
+        if not keys:
+            return
+        updates = self._updates
+        if self._has_local or not updates.keys().isdisjoint(keys):
+            for key in keys:
+                self.delete(key)
+            return
+        new: dict[bytes, bytes | None] = dict.fromkeys(keys)
+        self._new_keys += new
+        updates.update(new)
+        low = min(new)
+        if self._low_key is None or low < self._low_key:
+            self._low_key = low
 
     def set_local_many(self, items: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Write (value) or delete (None) each key in the store only: ``prepare`` does not
@@ -187,10 +212,13 @@ class StoreTransaction:
 
     def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` items with ``start <= key < end`` in key order, writes included."""
-        self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
+        if self.status is not _STARTED:
+            self._check(TransactionStatus.STARTED, TransactionStatus.PREPARED)
         if self._low_key is None or end <= self._low_key:
             return self.store.scan(start, end, limit)
         pending = self._pending_keys(start, end)
+        if not pending:  # a timer's collection of fired entries: nothing to merge
+            return self.store.scan(start, end, limit)
         deletes = sum(1 for k in pending if self._updates[k] is None)
         # Each pending delete can hide one stored item, so fetch that many more.
         stored = self.store.scan(start, end, limit + deletes)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.timer import keys
+from services.timer.inputs import apply_input, apply_results, finish_inputs
 from services.timer.retention import listed_jobs
 from services.timer.scope import Scope, TimerEnv
 from services.timer.service import JOBS_STORE, WHEEL_STORE, TimerHooks
@@ -144,3 +145,58 @@ def test_a_run_of_results_writes_its_retention_entry_once_with_every_finished_jo
         state = load_state(scope_of(ctx), job_id.encode())
         assert state is not None and state.completed
         assert state.tombstone_fire_ms == keys.parse_key(key).fire_ms
+
+
+def test_a_run_of_results_changes_stores_and_outputs_as_each_record_applied_alone() -> None:
+    """``apply_results`` (the hooks' path for a run of ``job-results``) does what
+    ``apply_input`` does for each record: finished one-offs, a STARTED, and dead letters with
+    their offsets for a null key, a null value, bytes that are no result and a key that is
+    not the result's job id."""
+    ids = [f"run-{i}" for i in range(4)]
+
+    def fired() -> FakeContext:
+        ctx, hooks = FakeContext(), TimerHooks(ENV)
+        hooks.on_records(ctx, ENV.jobs_topic, 0, [  # type: ignore[arg-type]
+            FakeRecord(job_id.encode(), CODEC.encode(RecordKind.JOB, job.to_avro()), i)
+            for i, (job_id, job) in enumerate((j, one_off(j, T0 + 1_000)) for j in ids)
+        ])  # fmt: skip
+        hooks.on_punctuate(ctx, 0, T0 + 1_000)  # type: ignore[arg-type]
+        return ctx
+
+    def done(job_id: str, status: str = "SUCCEEDED") -> bytes:
+        return result_bytes(job_id, T0 + 1_000, status, T0 + 1_200)
+
+    def scope_at(ctx: FakeContext) -> Scope:
+        return Scope(ENV, ctx.store(JOBS_STORE), ctx.store(WHEEL_STORE), ctx.produce, T0 + 1_500)
+
+    records = [
+        FakeRecord(b"run-0", done("run-0"), 10),
+        FakeRecord(None, done("run-1"), 11),
+        FakeRecord(b"run-1", None, 12),
+        FakeRecord(b"run-1", b"not a result", 13),
+        FakeRecord(b"run-2", done("run-1"), 14),
+        FakeRecord(b"run-3", done("run-3", "STARTED"), 15),
+        FakeRecord(b"run-1", done("run-1"), 16),
+        FakeRecord(b"run-3", done("run-3"), 17),
+    ]
+    run_ctx = fired()
+    run_scope = scope_at(run_ctx)
+    apply_results(run_scope, 0, records)  # type: ignore[arg-type]
+    finish_inputs(run_scope)
+    alone_ctx = fired()
+    alone_scope = scope_at(alone_ctx)
+    for record in records:
+        apply_input(alone_scope, ENV.results_topic, 0, record.offset(), record.key(),
+                    record.value())  # fmt: skip
+    finish_inputs(alone_scope)
+    assert run_ctx.out == alone_ctx.out
+    out = run_ctx.out
+    dead = [CODEC.decode(RecordKind.DEAD_LETTER, v) for t, _, v in out if t == ENV.dlq_topic]
+    assert [d["source_offset"] for d in dead] == [11, 12, 13, 14]
+    for name in (JOBS_STORE, WHEEL_STORE):
+        assert run_ctx.stores[name].data == alone_ctx.stores[name].data
+    for job_id in ("run-0", "run-1", "run-3"):
+        state = load_state(scope_of(run_ctx), job_id.encode())
+        assert state is not None and state.completed
+    state = load_state(scope_of(run_ctx), b"run-2")
+    assert state is not None and not state.completed

@@ -69,6 +69,10 @@ class FakeStore:
         if self.data.pop(key, None) is not None:
             del self._keys[bisect.bisect_left(self._keys, key)]
 
+    def delete_many(self, keys: list[bytes]) -> None:
+        for key in keys:
+            self.delete(key)
+
     def iter_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         first = bisect.bisect_left(self._keys, start)
         last = bisect.bisect_left(self._keys, end)
