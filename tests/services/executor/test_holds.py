@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -148,18 +147,6 @@ def test_released_runs_go_to_the_front_of_their_lane_and_lanes_still_decide() ->
 
 
 # --- against the broker -------------------------------------------------------------------
-
-
-@pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
-@pytest.fixture
-def reader(topics: KafkaSettings) -> Iterator[TopicReader]:
-    outputs = TopicReader(topics, ["job-results", "retry", "dlq"])
-    yield outputs
-    outputs.close()
 
 
 def started(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

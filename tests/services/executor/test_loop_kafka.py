@@ -88,18 +88,6 @@ class Calls:
         return sum(1 for c in self.calls if c.execution_id == execution_id)
 
 
-@pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
-@pytest.fixture
-def reader(topics: KafkaSettings) -> Iterator[TopicReader]:
-    outputs = TopicReader(topics, OUTPUTS)
-    yield outputs
-    outputs.close()
-
-
 def start_executor(topics: KafkaSettings, calls: Calls, worker: str = "w0", **fields: Any):
     settings = executor_settings(topics, worker, **fields)
     registry = build_registry(settings)

@@ -8,7 +8,6 @@ its chains take them as runs of one partition.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,18 +20,6 @@ from .test_service_kit import TopicReader, due_event, finals, produce, produce_d
 
 pytestmark = pytest.mark.kafka
 DEAD_LETTER = RecordKind.DEAD_LETTER
-
-
-@pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
-@pytest.fixture
-def reader(topics: KafkaSettings) -> Iterator[TopicReader]:
-    outputs = TopicReader(topics, ["job-results", "retry", "dlq"])
-    yield outputs
-    outputs.close()
 
 
 def test_a_run_with_duplicates_a_waiting_run_and_a_poison_record_ends_each_record_once(
