@@ -79,7 +79,7 @@ def apply_results(scope: Scope, partition: int, records: Sequence[InputRecord]) 
     """Apply a run of ``job-results`` records sharing ``scope``: what :func:`apply_input`
     does with each, in one loop (a herd's results are the timer's busiest input)."""
     env = scope.env
-    read = env.result_reader.read if env.result_reader is not None else env.read_result
+    read = env.result_decoder()
     topic = env.results_topic
     for record in records:
         key, value = record.key(), record.value()
@@ -88,7 +88,7 @@ def apply_results(scope: Scope, partition: int, records: Sequence[InputRecord]) 
             continue
         try:
             result = read(value)
-            if key != result.job_id.encode():
+            if key != result.job_id.encode():  # _check_key's test inline: a call per result
                 _check_key(key, result.job_id)  # raises
             apply_result(scope, key, result)
         except (DecodeError, ScheduleError) as exc:

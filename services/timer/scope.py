@@ -86,8 +86,16 @@ class TimerEnv:
 
     def read_result(self, data: bytes) -> ResultFields:
         """The fields of the ExecutionResult in ``data``; raises DecodeError like the codec."""
+        return self.result_decoder()(data)
+
+    def result_decoder(self) -> Callable[[bytes], ResultFields]:
+        """What :meth:`read_result` calls: the reader, else the codec (a run of records binds
+        it once)."""
         if self.result_reader is not None:
-            return self.result_reader.read(data)
+            return self.result_reader.read
+        return self._result_from_codec
+
+    def _result_from_codec(self, data: bytes) -> ResultFields:
         return fields_of(self.codec.decode(RecordKind.EXECUTION_RESULT, data))
 
     @classmethod
