@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class Side(Protocol):
+    """One side of an A/B run: an options dataclass with a ``label`` (``""``: this tree)."""
+
+    @property
+    def label(self) -> str: ...
+
+
+S = TypeVar("S", bound=Side)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,6 +31,25 @@ def alternating(sides: Sequence[T], repeat: int) -> Iterator[tuple[int, T]]:
     for run in range(repeat):
         for side in sides if run % 2 == 0 else sides[::-1]:
             yield run, side
+
+
+def timer_sides(options: S, baseline_root: Path | None, **baseline_changes: Any) -> list[S]:
+    """``options``; with ``baseline_root`` also the same run with that checkout's timer
+    (its ``timer_root``), labelled ``"baseline "``, ``baseline_changes`` applied."""
+    sides = [options]
+    if baseline_root is not None:
+        baseline = dataclasses.replace(  # type: ignore[type-var]
+            options, timer_root=baseline_root.resolve(), label="baseline ", **baseline_changes
+        )
+        sides.append(baseline)
+    return sides
+
+
+def announced_runs(sides: Sequence[S], repeat: int) -> Iterator[S]:
+    """The sides in :func:`alternating` order, each run announced (``--- run 1/3: this tree``)."""
+    for run, side in alternating(sides, repeat):
+        print(f"--- run {run + 1}/{repeat}: {side.label or 'this tree'}", flush=True)
+        yield side
 
 
 def compare_trees(
@@ -42,6 +72,27 @@ def compare_trees(
             command, cwd=root, env=env, capture_output=True, text=True, check=True
         )
         print(f"run {run + 1} {label:9}: {done.stdout.strip()}")
+
+
+def child_flags(args: argparse.Namespace, *names: str) -> list[str]:
+    """The options ``names`` (argparse dests) as a child's command line: ``--name=value``,
+    a ``store_true`` option as its bare flag when it is set (and left out when not)."""
+    flags = []
+    for name in names:
+        value, flag = getattr(args, name), f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            flags.extend([flag] * value)
+        else:
+            flags.append(f"{flag}={value}")
+    return flags
+
+
+def compare_with_args(script: Path, args: argparse.Namespace, *names: str) -> None:
+    """A micro-benchmark's parent side: print the options ``names`` and the load, then
+    :func:`compare_trees` with them (``args.baseline_root``, ``args.repeat``)."""
+    child_args = child_flags(args, *names)
+    print(f"{' '.join(child_args)}, load {os.getloadavg()[0]:.1f}")
+    compare_trees(script, child_args, args.baseline_root, args.repeat)
 
 
 def add_ab_options(parser: argparse.ArgumentParser, process: str, runs: str) -> None:

@@ -42,15 +42,14 @@ from typing import Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bench.cli import add_env_options
 from bench.herd import (
     ROOT,
     DueReader,
     TimerProcess,
-    add_env_options,
-    delete_namespace,
+    fresh_namespace,
     job_record,
     now_ms,
-    parse_env,
     produce_jobs,
     submit_one_offs,
     wait_until_applied,
@@ -60,7 +59,6 @@ from bench.pipe import measure_pipe
 from services.ingest.producer import partition_for_key
 from services.timer import service
 from services.timer.settings import TimerSettings
-from streams.admin import ensure_topics
 from streams.processing import ProcessorContext
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
@@ -463,34 +461,23 @@ def run_capacity(args: argparse.Namespace) -> None:
     pipe = measure_pipe(args.bootstrap, min(args.jobs, args.pipe_records))
     print(f"raw pipe ({pipe.records:,} records): produce {pipe.produce_per_s:,.0f}/s, "
           f"consume {pipe.consume_per_s:,.0f}/s")  # fmt: skip
-    namespace = f"cap{uuid.uuid4().hex[:6]}."
-    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
-    settings = KafkaSettings(
-        bootstrap_servers=args.bootstrap,
-        namespace=namespace,
-        partitions=args.partitions,
-        state_dir=state_dir,
-    )
-    timer_env = parse_env(args.timer_env)
-    bench = Bench(settings, args.jobs, args.broker_data, timer_env)
-    reader = None
-    try:
-        ensure_topics(settings)
-        reader = DueReader(settings)
-        bench.load()
-        bench.intake(pipe.consume_per_s, reader, args.settle_s)
-        if not args.no_restarts:
-            bench.restart("clean stop, state kept", kill=False, wipe=False, reader=reader)
-            bench.restart("SIGKILL, state kept", kill=True, wipe=False, reader=reader)
-            for _ in range(args.wiped_restarts):
-                bench.restart("SIGKILL, state wiped", kill=True, wipe=True, reader=reader)
-            bench.report_disk()
-    finally:
-        bench.close()
-        if reader is not None:
-            reader.close()
-        delete_namespace(args.bootstrap, namespace)
-        shutil.rmtree(state_dir, ignore_errors=True)
+    with fresh_namespace(args.bootstrap, "cap", args.partitions) as settings:
+        bench = Bench(settings, args.jobs, args.broker_data, args.timer_env)
+        reader = None
+        try:
+            reader = DueReader(settings)
+            bench.load()
+            bench.intake(pipe.consume_per_s, reader, args.settle_s)
+            if not args.no_restarts:
+                bench.restart("clean stop, state kept", kill=False, wipe=False, reader=reader)
+                bench.restart("SIGKILL, state kept", kill=True, wipe=False, reader=reader)
+                for _ in range(args.wiped_restarts):
+                    bench.restart("SIGKILL, state wiped", kill=True, wipe=True, reader=reader)
+                bench.report_disk()
+        finally:
+            bench.close()
+            if reader is not None:
+                reader.close()
 
 
 def main() -> None:

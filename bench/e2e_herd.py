@@ -52,16 +52,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from bench.cli import add_env_options, options_from_args
 from bench.herd import (
     Profiler,
     TimerProcess,
-    add_env_options,
-    bench_settings,
-    delete_namespace,
+    fresh_namespace,
     job_record,
     local_broker_pid,
     now_ms,
-    parse_env,
     percentile,
     process_cpu_s,
     produce_jobs,
@@ -70,7 +68,6 @@ from bench.pipe import PipeFigures, measure_pipe
 from services.ingest.client import KafkronClient
 from services.ingest.producer import partition_for_key
 from services.ingest.settings import IngestSettings
-from streams.admin import ensure_topics
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
 from streams.topics import Priority, TopicNames
@@ -756,18 +753,7 @@ def main() -> None:
     parser.add_argument("--skip-pipe", action="store_true", help="no raw pipe baseline")
     add_env_options(parser, "timer", "executor")
     args = parser.parse_args()
-    options = E2EOptions(
-        jobs=args.jobs,
-        executors=args.executors,
-        partitions=args.partitions,
-        lead_s=args.lead_s,
-        sample_ms=args.sample_ms,
-        reader_nice=args.reader_nice,
-        deadline_s=args.deadline_s,
-        profile_dir=args.profile,
-        executor_env=parse_env(args.executor_env),
-        timer_env=parse_env(args.timer_env),
-    )
+    options = options_from_args(E2EOptions, args, profile_dir=args.profile)
     if args.skip_pipe:
         pipe = PipeFigures(0, float("nan"), float("nan"))
     else:
@@ -780,20 +766,17 @@ def main() -> None:
 
 
 def run_and_report(bootstrap: str, options: E2EOptions, pipe: PipeFigures) -> bool:
-    settings = bench_settings(bootstrap, "e2e", options.partitions)
-    namespace, state_dir = settings.namespace, settings.state_dir
     ok = False
-    try:
-        ensure_topics(settings)
-        ok = report(run_e2e(settings, options), pipe)
-    except IntakeTooSlowError as exc:
-        print(f"\nSTOPPED: {exc}")
-    finally:
-        delete_namespace(bootstrap, namespace)
-        if ok:
-            shutil.rmtree(state_dir, ignore_errors=True)
-        else:
-            print(f"logs kept in {state_dir}")
+    with fresh_namespace(bootstrap, "e2e", options.partitions, remove_state=False) as settings:
+        try:
+            ok = report(run_e2e(settings, options), pipe)
+        except IntakeTooSlowError as exc:
+            print(f"\nSTOPPED: {exc}")
+        finally:
+            if ok:
+                shutil.rmtree(settings.state_dir, ignore_errors=True)
+            else:
+                print(f"logs kept in {settings.state_dir}")
     return ok
 
 

@@ -38,9 +38,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.ab import add_ab_options
-from bench.herd import ROOT, _delete_namespace
+from bench.due_events import due_event_record
+from bench.herd import ROOT, fresh_namespace
 from bench.pipe import PipeFigures, measure_pipe
-from streams.admin import ensure_topics
 from streams.codec import Codec, RecordKind
 from streams.result_reader import ResultReader
 from streams.settings import KafkaSettings
@@ -51,30 +51,8 @@ RESULTS = ResultReader(CODEC)
 
 
 def due_record(i: int, now_ms: int, handler: str, payload: bytes) -> dict[str, object]:
-    job_id = f"bench-{i:07d}"
-    return {
-        "execution_id": f"{job_id}@{now_ms}",
-        "job_id": job_id,
-        "job_version": 1,
-        "scheduled_for_ms": now_ms,
-        "fire_at_ms": now_ms,
-        "attempt": 1,
-        "handler": handler,
-        "payload": payload,
-        "timeout_ms": 60_000,
-        "priority": "NORMAL",
-        "retry": {
-            "max_attempts": 3,
-            "initial_backoff_ms": 1000,
-            "multiplier": 2.0,
-            "max_backoff_ms": 300_000,
-            "jitter_ratio": 0.1,
-        },
-        "trigger": "SCHEDULE",
-        "tenant": "default",
-        "emitted_at_ms": now_ms,
-        "history": [],
-    }
+    """The ``i``-th bench DueEvent (``bench.executor_path`` imports it, in a baseline too)."""
+    return due_event_record(f"bench-{i:07d}", now_ms, handler=handler, payload=payload)
 
 
 def produce_due(settings: KafkaSettings, count: int, handler: str, payload: bytes) -> None:
@@ -124,53 +102,47 @@ def run_scenario(
     partitions: int, profile_dir: Path | None = None, executor_root: Path = ROOT,
     profile_name: str = "",
 ) -> Figures:  # fmt: skip
-    namespace = f"bx{uuid.uuid4().hex[:6]}."
-    state_dir = ROOT / ".state" / "bench" / namespace.rstrip(".")
-    settings = KafkaSettings(
-        bootstrap_servers=bootstrap, namespace=namespace, partitions=partitions,
-        state_dir=state_dir,
-    )  # fmt: skip
-    ensure_topics(settings)
-    produce_due(settings, events, handler, payload)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(executor_root),
-        "KAFKRON_BOOTSTRAP_SERVERS": bootstrap,
-        "KAFKRON_NAMESPACE": namespace,
-        "KAFKRON_PARTITIONS": str(partitions),
-        "KAFKRON_STATE_DIR": str(state_dir),
-        "KAFKRON_EXECUTOR_WORKER_ID": "bench-executor-0",
-        "KAFKRON_EXECUTOR_MAX_IN_FLIGHT": str(window),
-        "KAFKRON_EXECUTOR_LANE_BUFFER_SIZE": str(max(20_000, 2 * window)),
-        "KAFKRON_EXECUTOR_CONSUME_BATCH_SIZE": "5000",
-        "KAFKRON_EXECUTOR_COMMIT_INTERVAL_MS": "500",
-    }
-    log_path = state_dir / "executor.log"
-    state_dir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "services.executor.main"], env=env, cwd=executor_root,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    spy = (
-        None
-        if profile_dir is None
-        else start_profiler(process.pid, profile_dir / (profile_name or name))
-    )
-    try:
-        first_ms, last_ms, statuses, rss, cpu_us, by_thread = read_results(
-            settings, events, process.pid
+    # Topics deleted at the end; the state dir (with executor.log) below, if the run succeeded.
+    with fresh_namespace(bootstrap, "bx", partitions, remove_state=False) as settings:
+        namespace, state_dir = settings.namespace, settings.state_dir
+        produce_due(settings, events, handler, payload)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(executor_root),
+            "KAFKRON_BOOTSTRAP_SERVERS": bootstrap,
+            "KAFKRON_NAMESPACE": namespace,
+            "KAFKRON_PARTITIONS": str(partitions),
+            "KAFKRON_STATE_DIR": str(state_dir),
+            "KAFKRON_EXECUTOR_WORKER_ID": "bench-executor-0",
+            "KAFKRON_EXECUTOR_MAX_IN_FLIGHT": str(window),
+            "KAFKRON_EXECUTOR_LANE_BUFFER_SIZE": str(max(20_000, 2 * window)),
+            "KAFKRON_EXECUTOR_CONSUME_BATCH_SIZE": "5000",
+            "KAFKRON_EXECUTOR_COMMIT_INTERVAL_MS": "500",
+        }
+        log_path = state_dir / "executor.log"
+        started = time.monotonic()
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "services.executor.main"], env=env, cwd=executor_root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        spy = (
+            None
+            if profile_dir is None
+            else start_profiler(process.pid, profile_dir / (profile_name or name))
         )
-        wall_s = time.monotonic() - started
-    finally:
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            spy.wait(60)
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
-        _delete_namespace(bootstrap, namespace)
+        try:
+            first_ms, last_ms, statuses, rss, cpu_us, by_thread = read_results(
+                settings, events, process.pid
+            )
+            wall_s = time.monotonic() - started
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
     summary = [line for line in log_path.read_text().splitlines() if " stopping: " in line]
     if summary:
         print(f"  {name} executor: {summary[-1].split(' stopping: ')[1]}", flush=True)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import os
 import pstats
 import shutil
 import tempfile
@@ -176,16 +175,6 @@ async def _replay(args: argparse.Namespace, folder: Path) -> tuple[float, float,
     return cpu_s / n, commit_s / n, producer.changelog / n, producer.outputs / n
 
 
-def _pattern_args(args: argparse.Namespace) -> list[str]:
-    return [
-        f"--records={args.records}",
-        f"--partitions={args.partitions}",
-        f"--per-commit={args.per_commit}",
-        f"--run-length={args.run_length}",
-        *(["--profile"] if args.profile else []),
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -213,10 +202,11 @@ def main() -> None:
             f"commits), {changelog:.3f} changelog records and {outputs:.3f} outputs per execution"
         )
         return
-    print(f"{' '.join(_pattern_args(args))}, load {os.getloadavg()[0]:.1f}")
-    from bench.ab import compare_trees  # here: a child runs with the other tree's bench
+    from bench.ab import compare_with_args  # here: a child runs with the other tree's bench
 
-    compare_trees(Path(__file__), _pattern_args(args), args.baseline_root, args.repeat)
+    compare_with_args(
+        Path(__file__), args, "records", "partitions", "per_commit", "run_length", "profile"
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Self
@@ -40,7 +41,8 @@ from typing import Any, Self
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from bench.ab import add_ab_options, alternating
+from bench.ab import add_ab_options, announced_runs, timer_sides
+from bench.cli import add_env_options, options_from_args
 from bench.committed import StableOffsetWatch, first_time_past
 from bench.pipe import measure_pipe
 from streams.admin import ensure_topics
@@ -402,28 +404,6 @@ def bench_settings(bootstrap: str, prefix: str, partitions: int) -> KafkaSetting
     )
 
 
-def parse_env(items: list[str]) -> dict[str, str]:
-    """``NAME=VALUE`` command-line items (``--timer-env``) as an environment dict."""
-    return dict(item.split("=", 1) for item in items)
-
-
-_ENV_EXAMPLES = {
-    "timer": "KAFKRON_TIMER_BATCH_SIZE=5000",
-    "executor": "KAFKRON_EXECUTOR_MAX_HOLD_MS=0",
-}
-
-
-def add_env_options(parser: argparse.ArgumentParser, *children: str) -> None:
-    """``--<child>-env NAME=VALUE`` (repeatable) per child process, e.g. ``"timer"``;
-    read them with :func:`parse_env`."""
-    for child in children:
-        parser.add_argument(
-            f"--{child}-env", action="append", default=[], metavar="NAME=VALUE",
-            help=f"extra environment of the {child} child, e.g. {_ENV_EXAMPLES.get(child, 'A=B')}"
-            "; repeatable",
-        )  # fmt: skip
-
-
 def run_herd(
     bootstrap: str, jobs: int, options: HerdOptions, raw_produce_per_s: float | None = None
 ) -> None:
@@ -432,18 +412,12 @@ def run_herd(
         pipe = measure_pipe(bootstrap, jobs)
         print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
         raw_produce_per_s = pipe.produce_per_s
-    settings = bench_settings(bootstrap, "herd", options.partitions)
-    namespace, state_dir = settings.namespace, settings.state_dir
-    try:
-        ensure_topics(settings)
+    with fresh_namespace(bootstrap, "herd", options.partitions) as settings:
         reader = DueReader(settings)
         try:
             _fire_herd(settings, reader, jobs, options, raw_produce_per_s)
         finally:
             reader.close()
-    finally:
-        delete_namespace(bootstrap, namespace)
-        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def _fire_herd(
@@ -587,6 +561,22 @@ def report(
     )
 
 
+@contextmanager
+def fresh_namespace(
+    bootstrap: str, prefix: str, partitions: int, *, remove_state: bool = True
+) -> Iterator[KafkaSettings]:
+    """A run's own namespace (:func:`bench_settings`) with its topics created; deleted at the
+    end, also on an error, and its state dir with it unless ``remove_state`` is false."""
+    settings = bench_settings(bootstrap, prefix, partitions)
+    try:
+        ensure_topics(settings)
+        yield settings
+    finally:
+        delete_namespace(bootstrap, settings.namespace)
+        if remove_state:
+            shutil.rmtree(settings.state_dir, ignore_errors=True)
+
+
 def delete_namespace(bootstrap: str, namespace: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(namespace)]
@@ -596,9 +586,6 @@ def delete_namespace(bootstrap: str, namespace: str) -> None:
                 future.result()
             except Exception as exc:
                 print(f"could not delete a bench topic: {exc}")
-
-
-_delete_namespace = delete_namespace  # the name bench.execute imports
 
 
 def main() -> None:
@@ -620,27 +607,12 @@ def main() -> None:
         "--lso-interval-ms", type=int, default=20, help="how often the due topics' LSOs are polled"
     )
     args = parser.parse_args()
-    timer_env = parse_env(args.timer_env)
-    options = HerdOptions(
-        args.lead_s,
-        args.partitions,
-        args.raw,
-        args.profile,
-        args.native,
-        args.idle,
-        args.keep_log,
-        timer_env,
-        lso_interval_ms=args.lso_interval_ms,
-    )
-    roots = [options]
-    if args.baseline_root is not None:
-        roots.append(replace(options, timer_root=args.baseline_root.resolve(), label="baseline "))
+    options = options_from_args(HerdOptions, args)
+    sides = timer_sides(options, args.baseline_root)
     pipe = measure_pipe(args.bootstrap, args.jobs)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
-    for run, run_options in alternating(roots, args.repeat):
-        which = run_options.label or "this tree"
-        print(f"--- run {run + 1}/{args.repeat}: {which}", flush=True)
-        run_herd(args.bootstrap, args.jobs, run_options, pipe.produce_per_s)
+    for side in announced_runs(sides, args.repeat):
+        run_herd(args.bootstrap, args.jobs, side, pipe.produce_per_s)
 
 
 if __name__ == "__main__":

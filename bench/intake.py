@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,16 +32,14 @@ from pathlib import Path
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bench.cli import add_env_options, options_from_args
 from bench.herd import (
     Profiler,
     TimerProcess,
-    add_env_options,
-    bench_settings,
-    delete_namespace,
+    fresh_namespace,
     job_record,
     local_broker_pid,
     now_ms,
-    parse_env,
     process_cpu_s,
     produce_jobs,
     submit_one_offs,
@@ -50,7 +47,6 @@ from bench.herd import (
 from bench.pipe import measure_pipe
 from services.ingest.client import KafkronClient
 from services.ingest.settings import IngestSettings
-from streams.admin import ensure_topics
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
 
@@ -170,18 +166,12 @@ def run_intake(bootstrap: str, options: IntakeOptions) -> IntakeFigures:
     """One run: raw pipe, load, one timer, watch its commits; prints and returns the figures."""
     pipe = measure_pipe(bootstrap, options.jobs)
     print(f"raw pipe: produce {pipe.produce_per_s:,.0f}/s, consume {pipe.consume_per_s:,.0f}/s")
-    settings = bench_settings(bootstrap, "intake", options.partitions)
-    namespace, state_dir = settings.namespace, settings.state_dir
-    try:
-        ensure_topics(settings)
+    with fresh_namespace(bootstrap, "intake", options.partitions) as settings:
         loaded_at = time.monotonic()
         how = load_jobs(settings, options)
         print(f"loaded {options.jobs:,} {options.kind} creates ({how}) in "
               f"{time.monotonic() - loaded_at:.1f} s")  # fmt: skip
         figures = _watch_timer(settings, options, pipe.consume_per_s)
-    finally:
-        delete_namespace(bootstrap, namespace)
-        shutil.rmtree(state_dir, ignore_errors=True)
     _print(figures)
     return figures
 
@@ -270,16 +260,7 @@ def main() -> None:
     parser.add_argument("--idle", action="store_true", help="py-spy --idle (waits too)")
     add_env_options(parser, "timer")
     args = parser.parse_args()
-    options = IntakeOptions(
-        jobs=args.jobs,
-        kind=args.kind,
-        partitions=args.partitions,
-        spread_s=args.spread_s,
-        profile=args.profile,
-        native=args.native,
-        idle=args.idle,
-        timer_env=parse_env(args.timer_env),
-    )
+    options = options_from_args(IntakeOptions, args)
     run_intake(args.bootstrap, options)
 
 

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.ab import add_ab_options, alternating
+from bench.ab import add_ab_options, announced_runs, timer_sides
+from bench.cli import add_env_options, options_from_args
 from bench.e2e_herd import (
     CODEC,
     EXECUTOR_ENV,
@@ -49,20 +49,16 @@ from bench.herd import (
     DueReader,
     Profiler,
     TimerProcess,
-    add_env_options,
-    bench_settings,
-    delete_namespace,
+    fresh_namespace,
     job_record,
     local_broker_pid,
     now_ms,
-    parse_env,
     percentile,
     process_cpu_s,
     produce_jobs,
     wait_until_applied,
 )
 from bench.pipe import measure_pipe
-from streams.admin import ensure_topics
 from streams.codec import RecordKind
 from streams.settings import KafkaSettings
 
@@ -101,10 +97,7 @@ def run_steady(
     jobs = int(options.rate * options.duration_s)
     if raw_produce_per_s is None:
         raw_produce_per_s = _raw_produce_per_s(bootstrap, jobs)
-    settings = bench_settings(bootstrap, "steady", options.partitions)
-    namespace, state_dir = settings.namespace, settings.state_dir
-    try:
-        ensure_topics(settings)
+    with fresh_namespace(bootstrap, "steady", options.partitions) as settings:
         due_reader = DueReader(settings)
         results = ResultLog(settings, PREFIX)
         try:
@@ -112,9 +105,6 @@ def run_steady(
         finally:
             due_reader.close()
             results.close()
-    finally:
-        delete_namespace(bootstrap, namespace)
-        shutil.rmtree(state_dir, ignore_errors=True)
     report(measured, jobs, options, raw_produce_per_s)
 
 
@@ -270,23 +260,11 @@ def main() -> None:
     add_ab_options(parser, "timer", "runs")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the timer to this .svg")
     args = parser.parse_args()
-    options = SteadyOptions(
-        rate=args.rate,
-        duration_s=args.duration_s,
-        partitions=args.partitions,
-        fire_ahead_ms=args.fire_ahead_ms,
-        timer_env=parse_env(args.timer_env),
-        executor_env=parse_env(args.executor_env),
-        profile=args.profile,
-    )
-    sides = [options]
-    if args.baseline_root is not None:
-        profile = args.profile and args.profile.with_stem(f"{args.profile.stem}-baseline")
-        root = args.baseline_root.resolve()
-        sides.append(replace(options, timer_root=root, label="baseline ", profile=profile))
+    options = options_from_args(SteadyOptions, args)
+    profile = args.profile and args.profile.with_stem(f"{args.profile.stem}-baseline")
+    sides = timer_sides(options, args.baseline_root, profile=profile)
     raw_produce_per_s = _raw_produce_per_s(args.bootstrap, int(args.rate * args.duration_s))
-    for run, side in alternating(sides, args.repeat):
-        print(f"--- run {run + 1}/{args.repeat}: {side.label or 'this tree'}", flush=True)
+    for side in announced_runs(sides, args.repeat):
         run_steady(args.bootstrap, side, raw_produce_per_s)
 
 

@@ -28,7 +28,6 @@ With ``--baseline-root`` the same runs alternate with a child on that tree, for 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
@@ -210,17 +209,6 @@ def replay(args: argparse.Namespace) -> tuple[float, float]:
         shutil.rmtree(folder)
 
 
-def _pattern_args(args: argparse.Namespace) -> list[str]:
-    flags = [
-        f"--jobs={args.jobs}",
-        f"--per-transaction={args.per_transaction}",
-        f"--per-punctuation={args.per_punctuation}",
-        f"--run-size={args.run_size}",
-        f"--per-ms={args.per_ms}",
-    ]
-    return flags + ["--no-started"] * args.no_started + ["--no-collect"] * args.no_collect
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -241,10 +229,19 @@ def main() -> None:
         per_execution = f"{cpu_s * 1e6:.2f} us CPU, {records:.3f} changelog records"
         print(f"results path {per_execution} per execution")
         return
-    print(f"{' '.join(_pattern_args(args))}, load {os.getloadavg()[0]:.1f}")
-    from bench.ab import compare_trees  # here: a child runs with the other tree's bench
+    from bench.ab import compare_with_args  # here: a child runs with the other tree's bench
 
-    compare_trees(Path(__file__), _pattern_args(args), args.baseline_root, args.repeat)
+    compare_with_args(
+        Path(__file__),
+        args,
+        "jobs",
+        "per_transaction",
+        "per_punctuation",
+        "run_size",
+        "per_ms",
+        "no_started",
+        "no_collect",
+    )
 
 
 if __name__ == "__main__":

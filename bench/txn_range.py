@@ -17,7 +17,6 @@ in a child process on that tree's ``streams.state`` too, alternating, for a rati
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
@@ -84,15 +83,6 @@ class _NullChangelog:
         pass
 
 
-def _pattern_args(args: argparse.Namespace) -> list[str]:
-    return [
-        f"--punctuations={args.punctuations}",
-        f"--results={args.results}",
-        f"--collect={args.collect}",
-        f"--transactions={args.transactions}",
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--punctuations", type=int, default=100, help="per transaction")
@@ -108,10 +98,9 @@ def main() -> None:
         scan_us, punctuation_us = figures["scan_us"], figures["punctuation_us"]
         print(f"due scan {scan_us:.1f} us, punctuation {punctuation_us:.1f} us")
         return
-    print(f"pattern: {' '.join(_pattern_args(args))}, load {os.getloadavg()[0]:.1f}")
-    from bench.ab import compare_trees  # here: a child runs with the other tree's bench
+    from bench.ab import compare_with_args  # here: a child runs with the other tree's bench
 
-    compare_trees(Path(__file__), _pattern_args(args), args.baseline_root, args.repeat)
+    compare_with_args(Path(__file__), args, "punctuations", "results", "collect", "transactions")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from streams.topics import Priority
 
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 ALL = frozenset(LANES)
+LANE_TOPICS = {f"due.{lane.value.lower()}": lane for lane in LANES}
 
 work_sets = st.frozensets(st.sampled_from(LANES))
 bounds = st.fixed_dictionaries({lane: st.integers(MIN_MAX_PASSES, 12) for lane in LANES})
@@ -117,12 +118,57 @@ class ReferenceBuffers:
             self.lanes[lane] = [r for r in self.lanes[lane] if r[0] not in partitions]
 
 
+class PairedBuffers:
+    """A LaneBuffers and its ReferenceBuffers, fed the same adds, discards and clears."""
+
+    def __init__(
+        self, topics: dict[str, Priority], capacity: int, max_passes: dict[Priority, int]
+    ) -> None:
+        self.topics = topics
+        self.max_passes = max_passes
+        self.buffers = LaneBuffers(topics, capacity, max_passes)
+        self.reference = ReferenceBuffers(max_passes)
+        self._topic_of = {lane: topic for topic, lane in topics.items()}
+        self._serial = 0
+
+    def add(self, topic: str, partition: int, offset: int) -> None:
+        self.buffers.add(Message(topic=topic, partition=partition, offset=offset))
+        self.reference.lanes[self.topics[topic]].append((partition, offset))
+
+    def add_next(self, lane_index: int, partition: int) -> None:
+        """Add a record to ``LANES[lane_index]``, its offset one past the last one added."""
+        self._serial += 1
+        self.add(self._topic_of[LANES[lane_index]], partition, self._serial)
+
+    def discard(self, pairs: list[tuple[str, int]]) -> None:
+        self.buffers.discard(pairs)
+        self.reference.discard({partition for _, partition in pairs})
+
+    def apply(self, op: str, a: int, b: int) -> None:
+        """One of the ops the strategies draw that both sides take alike, then compare sizes."""
+        if op == "add":
+            self.add_next(a, b)
+        elif op == "discard":
+            self.discard([(topic, a) for topic in self.topics])
+        elif op == "clear":
+            self.buffers.clear()
+            self.reference = ReferenceBuffers(self.max_passes)
+        else:
+            raise AssertionError(f"not a shared op: {op}")
+        self.assert_same_size()
+
+    def assert_same_size(self) -> None:
+        assert len(self.buffers) == sum(len(r) for r in self.reference.lanes.values())
+
+
 # ("add", lane index, partition), ("take", n), ("discard", partition), ("clear", 0)
+add_op = st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 1))
+discard_op = st.tuples(st.just("discard"), st.integers(0, 1), st.just(0))
 buffer_ops = st.lists(
     st.one_of(
-        st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 1)),
+        add_op,
         st.tuples(st.just("take"), st.integers(1, 5), st.just(0)),
-        st.tuples(st.just("discard"), st.integers(0, 1), st.just(0)),
+        discard_op,
         st.tuples(st.just("clear"), st.just(0), st.just(0)),
     ),
     max_size=300,
@@ -135,66 +181,45 @@ def test_lane_buffers_take_exactly_what_a_pick_per_record_takes(
     max_passes: dict[Priority, int], ops: list[tuple[str, int, int]]
 ) -> None:
     """The one-lane shortcut (no selector call) never changes which record comes next."""
-    topics = {f"due.{lane.value.lower()}": lane for lane in LANES}
-    names = {lane: topic for topic, lane in topics.items()}
-    buffers, reference = LaneBuffers(topics, 10**6, max_passes), ReferenceBuffers(max_passes)
-    serial = 0
+    paired = PairedBuffers(LANE_TOPICS, 10**6, max_passes)
     for op, a, b in ops:
-        if op == "add":
-            serial += 1
-            lane = LANES[a]
-            buffers.add(Message(topic=names[lane], partition=b, offset=serial))
-            reference.lanes[lane].append((b, serial))
-        elif op == "take":
-            for _ in range(a):
-                message = buffers.take()
-                got = None if message is None else (message.partition(), message.offset())
-                assert got == reference.take()
-        elif op == "discard":
-            buffers.discard([(topic, a) for topic in topics])
-            reference.discard({a})
-        else:
-            buffers.clear()
-            reference = ReferenceBuffers(max_passes)
-        assert len(buffers) == sum(len(r) for r in reference.lanes.values())
+        if op != "take":
+            paired.apply(op, a, b)
+            continue
+        for _ in range(a):
+            message = paired.buffers.take()
+            got = None if message is None else (message.partition(), message.offset())
+            assert got == paired.reference.take()
+        paired.assert_same_size()
 
 
 def test_passes_left_by_a_discard_still_count_after_a_one_lane_spell() -> None:
     """Emptied by a revoke, the buffers keep the passes a real pick would still see."""
     topics = {"h": HIGH, "n": NORMAL, "l": LOW}
     bounds = {HIGH: 2, NORMAL: 4, LOW: 32}
-    buffers, reference = LaneBuffers(topics, 100, bounds), ReferenceBuffers(bounds)
-
-    def add(topic: str, partition: int, offset: int) -> None:
-        buffers.add(Message(topic=topic, partition=partition, offset=offset))
-        reference.lanes[topics[topic]].append((partition, offset))
+    paired = PairedBuffers(topics, 100, bounds)
 
     def take(n: int) -> list[tuple[int | None, int | None]]:
-        taken = [buffers.take() for _ in range(n)]
+        taken = [paired.buffers.take() for _ in range(n)]
         got = [(m.partition(), m.offset()) for m in taken if m is not None]
         expected: list[tuple[int | None, int | None]] = []
-        expected.extend(r for r in (reference.take() for _ in range(n)) if r is not None)
+        expected.extend(r for r in (paired.reference.take() for _ in range(n)) if r is not None)
         assert got == expected
         return got
 
     for offset in range(10):
-        add("h", 0, offset)
-    add("n", 1, 100)
+        paired.add("h", 0, offset)
+    paired.add("n", 1, 100)
     assert take(3) == [(0, 0), (0, 1), (0, 2)]  # NORMAL passed over 3 times: now overdue
-    buffers.discard([("h", 0), ("n", 1)])
-    reference.discard({0, 1})
-    add("h", 2, 200)  # one lane holds records ...
-    add("n", 2, 201)  # ... then two: NORMAL's passes still count
+    paired.discard([("h", 0), ("n", 1)])
+    paired.add("h", 2, 200)  # one lane holds records ...
+    paired.add("n", 2, 201)  # ... then two: NORMAL's passes still count
     assert take(2) == [(2, 201), (2, 200)]
 
 
 # as buffer_ops, plus ("run", limit, records kept of it; the rest is put back)
 run_ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 1)),
-        st.tuples(st.just("run"), st.integers(1, 6), st.integers(1, 6)),
-        st.tuples(st.just("discard"), st.integers(0, 1), st.just(0)),
-    ),
+    st.one_of(add_op, st.tuples(st.just("run"), st.integers(1, 6), st.integers(1, 6)), discard_op),
     max_size=300,
 )
 
@@ -205,57 +230,45 @@ def test_a_run_taken_then_partly_put_back_is_what_a_take_per_kept_record_takes(
     max_passes: dict[Priority, int], ops: list[tuple[str, int, int]]
 ) -> None:
     """take_run(n) is up to n take() calls of one partition; what it puts back comes next."""
-    topics = {f"due.{lane.value.lower()}": lane for lane in LANES}
-    names = {lane: topic for topic, lane in topics.items()}
-    buffers, reference = LaneBuffers(topics, 10**6, max_passes), ReferenceBuffers(max_passes)
-    serial = 0
+    paired = PairedBuffers(LANE_TOPICS, 10**6, max_passes)
     for op, a, b in ops:
-        if op == "add":
-            serial += 1
-            lane = LANES[a]
-            buffers.add(Message(topic=names[lane], partition=b, offset=serial))
-            reference.lanes[lane].append((b, serial))
-        elif op == "run":
-            run = buffers.take_run(a)
-            assert len(run) <= a
-            assert len({(m.topic(), m.partition()) for m in run}) <= 1
-            kept = min(b, len(run))
-            buffers.put_back(run[kept:])
-            got = [(m.partition(), m.offset()) for m in run[:kept]]
-            assert got == [reference.take() for _ in range(kept)]
-            if not run:
-                assert reference.take() is None
-        else:
-            buffers.discard([(topic, a) for topic in topics])
-            reference.discard({a})
-        assert len(buffers) == sum(len(r) for r in reference.lanes.values())
+        if op != "run":
+            paired.apply(op, a, b)
+            continue
+        run = paired.buffers.take_run(a)
+        assert len(run) <= a
+        assert len({(m.topic(), m.partition()) for m in run}) <= 1
+        kept = min(b, len(run))
+        paired.buffers.put_back(run[kept:])
+        got = [(m.partition(), m.offset()) for m in run[:kept]]
+        assert got == [paired.reference.take() for _ in range(kept)]
+        if not run:
+            assert paired.reference.take() is None
+        paired.assert_same_size()
 
 
 def test_a_run_never_passes_over_a_lane_beyond_its_starvation_bound() -> None:
     """While two lanes hold records a run is one record: the selector decides each."""
     topics = {"h": HIGH, "n": NORMAL, "l": LOW}
     bounds = {HIGH: 2, NORMAL: 2, LOW: 32}
-    buffers, reference = LaneBuffers(topics, 100, bounds), ReferenceBuffers(bounds)
+    paired = PairedBuffers(topics, 100, bounds)
     for offset in range(10):
-        buffers.add(Message(topic="h", partition=0, offset=offset))
-        reference.lanes[HIGH].append((0, offset))
-    buffers.add(Message(topic="n", partition=0, offset=100))
-    reference.lanes[NORMAL].append((0, 100))
+        paired.add("h", 0, offset)
+    paired.add("n", 0, 100)
     taken = []
-    while run := buffers.take_run(10):
+    while run := paired.buffers.take_run(10):
         taken.extend((m.partition(), m.offset()) for m in run)
-    assert taken == [reference.take() for _ in range(11)]
+    assert taken == [paired.reference.take() for _ in range(11)]
     assert taken.index((0, 100)) <= 2  # passed over at most twice
-    assert reference.take() is None
+    assert paired.reference.take() is None
 
 
 @settings(max_examples=200, deadline=None)
 @given(batches=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 6)), max_size=20))
 def test_add_many_is_add_of_each(batches: list[tuple[int, int]]) -> None:
     """The loop buffers a consumed run of one partition with add_many: as add() each."""
-    topics = {f"due.{lane.value.lower()}": lane for lane in LANES}
-    names = {lane: topic for topic, lane in topics.items()}
-    one_by_one, many = LaneBuffers(topics, 8), LaneBuffers(topics, 8)
+    names = {lane: topic for topic, lane in LANE_TOPICS.items()}
+    one_by_one, many = LaneBuffers(LANE_TOPICS, 8), LaneBuffers(LANE_TOPICS, 8)
     serial = 0
     for lane_index, count in batches:
         topic = names[LANES[lane_index]]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.due_events import due_event_record
 from services.executor.backoff import RetryPolicy, retry_delay_ms
 from services.executor.dedup import DedupEntry, DedupStore, Progress, entry_after, skip_reason
 from services.executor.exceptions import HandlerNotFoundError
@@ -33,29 +34,15 @@ NOW = 1_780_000_000_000
 
 
 def event(**overrides: Any) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "execution_id": "job-1@1700000000000",
-        "job_id": "job-1",
-        "job_version": 4,
-        "scheduled_for_ms": 1_700_000_000_000,
-        "fire_at_ms": 1_700_000_000_100,
-        "attempt": 1,
-        "handler": "examples.noop",
-        "payload": b"{}",
-        "timeout_ms": 5000,
-        "priority": "HIGH",
-        "retry": {
-            "max_attempts": 3,
-            "initial_backoff_ms": 1000,
-            "multiplier": 2.0,
-            "max_backoff_ms": 300_000,
-            "jitter_ratio": 0.1,
-        },
-        "trigger": "SCHEDULE",
-        "tenant": "default",
-        "emitted_at_ms": 1_700_000_000_120,
-        "history": [],
-    }
+    record = due_event_record(
+        "job-1",
+        1_700_000_000_000,
+        job_version=4,
+        fire_at_ms=1_700_000_000_100,
+        timeout_ms=5000,
+        priority="HIGH",
+        emitted_at_ms=1_700_000_000_120,
+    )
     record.update(overrides)
     return CODEC.decode(RecordKind.DUE_EVENT, CODEC.encode(RecordKind.DUE_EVENT, record))
 
