@@ -29,6 +29,12 @@ def demo_jobs(now_ms: int, tag: str) -> list[dict[str, object]]:
     ]  # fmt: skip
 
 
+def demo_settings(kafka: KafkaSettings) -> IngestSettings:
+    """The demo client's settings: a status view of its own (its submits by job id look up
+    state), not the API's default one, which the API process holds open."""
+    return IngestSettings(kafka=kafka, view_dir=kafka.state_dir / "demo-view")
+
+
 def run_demo(kafka: KafkaSettings, *, duration_s: float = 25.0) -> int:
     """Submit the demo jobs, print every result until ``duration_s``; the count of finals."""
     tag = uuid.uuid4().hex[:6]
@@ -43,7 +49,7 @@ def run_demo(kafka: KafkaSettings, *, duration_s: float = 25.0) -> int:
     partitions = list(metadata.topics[names.job_results].partitions)
     # OFFSET_END resolves inside librdkafka, which retries while fresh partitions elect leaders.
     consumer.assign([TopicPartition(names.job_results, p, OFFSET_END) for p in partitions])
-    client = KafkronClient(IngestSettings(kafka=kafka))
+    client = KafkronClient(demo_settings(kafka))
     try:
         for job in demo_jobs(int(time.time() * 1000), tag):
             receipt = client.submit(job)

@@ -56,3 +56,16 @@ class ViewNotReadyError(IngestError):
     """The status view did not catch up in time; retry shortly (503)."""
 
     retryable = True
+
+
+class ViewInUseError(IngestError):
+    """Another process has the status view's RocksDB open (the API, or another client)."""
+
+    def __init__(self, path: object, cause: str) -> None:
+        self.path = path
+        super().__init__(
+            f"the status view at {path} is open in another process ({cause}). The API and each "
+            "client that looks up job state need a view directory of their own: set "
+            "KAFKRON_INGEST_VIEW_DIR (IngestSettings.view_dir) for one of them",
+            retryable=False,
+        )

@@ -27,6 +27,7 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch
 
+from services.ingest.exceptions import ViewInUseError
 from streams.codec import Codec, RecordKind
 from streams.job_reader import JobReader
 from streams.records import ExecutionStatus
@@ -78,7 +79,12 @@ class ViewStore:
         path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
-        self._db = Rdict(str(path), options=options)
+        try:
+            self._db = Rdict(str(path), options=options)
+        except Exception as exc:  # rocksdict raises a bare Exception carrying RocksDB's status
+            if "lock" in str(exc).lower():
+                raise ViewInUseError(path, str(exc)) from exc
+            raise
         self._codec = codec
         # Every create passes through apply_job: the exact Job reader costs a quarter of
         # fastavro's generic one here (it falls back to the codec for anything else).

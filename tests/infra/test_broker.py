@@ -13,6 +13,7 @@ import pytest
 from infra.broker import LocalBroker, free_port
 from infra.settings import BrokerSettings
 from streams.exceptions import BrokerError
+from tests.rocksdb_holder import held_open
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBS = ROOT / ".state" / "kafka-libs"
@@ -53,8 +54,8 @@ def test_failed_start_reports_the_log(tmp_path: Path) -> None:
     LocalBroker(settings).stop()
 
 
-def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
-    env = dict(
+def _up_env(tmp_path: Path) -> dict[str, str]:
+    return dict(
         os.environ,
         KAFKRON_BROKER_HOME=str(tmp_path / "up-broker"),
         KAFKRON_BROKER_LIBS_DIR=str(LIBS),
@@ -64,6 +65,10 @@ def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
         KAFKRON_STATE_DIR=str(tmp_path / "state"),
         KAFKRON_INGEST_HTTP_PORT=str(free_port()),
     )
+
+
+def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
+    env = _up_env(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "services.cli", "up", "--demo", "--check"],
         env=env, capture_output=True, text=True, timeout=240, cwd=ROOT,
@@ -78,4 +83,19 @@ def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     assert any("demo-flaky-" in line and "attempt 2: SUCCEEDED" in line for line in lines)
     assert any("demo-fail-" in line and "DEAD_LETTER" in line for line in lines)
     assert any("demo-cron-" in line and "SUCCEEDED" in line for line in lines)
+    assert LocalBroker(BrokerSettings(home=tmp_path / "up-broker")).running_state() is None
+    assert "service(s) exited" not in done.stdout, done.stdout
+
+
+def test_up_check_fails_when_a_service_died(tmp_path: Path) -> None:
+    """The API cannot open a status view another process holds: ``up --demo --check`` says
+    which service exited and fails, where it used to report success after the demo."""
+    with held_open(tmp_path / "state" / "ingest-view"):
+        done = subprocess.run(
+            [sys.executable, "-m", "services.cli", "up", "--demo", "--check"],
+            env=_up_env(tmp_path), capture_output=True, text=True, timeout=240, cwd=ROOT,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[kafkron] service(s) exited: api; shutting down" in done.stdout
+    assert "is open in another process" in done.stderr, done.stderr
     assert LocalBroker(BrokerSettings(home=tmp_path / "up-broker")).running_state() is None
