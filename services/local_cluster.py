@@ -85,14 +85,15 @@ def run_local_cluster(
             from services import commands
 
             commands.run_demo(kafka)
-        while True:
+        while not stop.is_set():  # Ctrl-C reaches the services too: they exit, not die
             dead = [s.name for s in services if not s.alive()]
             if dead:
                 print(f"[kafkron] service(s) exited: {', '.join(dead)}; shutting down")
                 return 1
-            if stop.is_set() or check:
-                return 0
+            if check:
+                break
             time.sleep(0.5)
+        return 0
     finally:
         for service in reversed(services):
             service.stop()
