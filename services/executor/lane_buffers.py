@@ -63,7 +63,7 @@ class LaneBuffers:
         lane = self._lane_of_topic[message.topic() or ""]
         buffer = self._buffers[lane]
         buffer.append(message)
-        # Inline (a call per consumed record costs); requeue() shares it through _added.
+        # _added inline (a call per consumed record costs).
         if not self._size:
             self._only = lane
         elif lane is not self._only:
@@ -80,14 +80,7 @@ class LaneBuffers:
         lane = self._lane_of_topic[topic]
         buffer = self._buffers[lane]
         buffer.extend(messages)
-        if not self._size:
-            self._only = lane
-        elif lane is not self._only:
-            self._only = None
-        self._size += len(messages)
-        if len(buffer) >= self._capacity and lane not in self._full:
-            self._full.add(lane)
-            self._changed = True
+        self._added(lane, buffer, len(messages))
 
     def requeue(self, runs: list[HeldRun]) -> None:
         """Put runs whose hold ended at the front of their lanes, in the order given."""
@@ -97,12 +90,13 @@ class LaneBuffers:
             buffer.appendleft(run)
             self._added(lane, buffer)
 
-    def _added(self, lane: Priority, buffer: deque[Buffered]) -> None:
+    def _added(self, lane: Priority, buffer: deque[Buffered], count: int = 1) -> None:
+        """Account for ``count`` records just put in ``lane``'s ``buffer``."""
         if not self._size:
             self._only = lane
         elif lane is not self._only:
             self._only = None
-        self._size += 1
+        self._size += count
         if len(buffer) >= self._capacity and lane not in self._full:
             self._full.add(lane)
             self._changed = True
