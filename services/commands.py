@@ -1,6 +1,7 @@
 """Subcommands contributed by the services (timer, executor, api, dlq), registered here.
 
-``LOCAL_SERVICES`` lists what ``kafkron up`` runs, as (name, argv after ``kafkron``).
+``LOCAL_SERVICES`` lists what ``kafkron up`` runs, as (name, argv after ``kafkron``), and
+``READINESS`` how ``kafkron up`` tells that each is serving (``services/readiness.py``).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from services.readiness import Probe, group_probe, http_probe
 from streams.settings import KafkaSettings
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
@@ -15,6 +17,8 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 REGISTRARS: list[Registrar] = []
 
 LOCAL_SERVICES: list[tuple[str, list[str]]] = []
+
+READINESS: dict[str, Callable[[KafkaSettings], Probe]] = {}
 
 
 def run_demo(kafka: KafkaSettings) -> None:
@@ -31,8 +35,15 @@ def _executor_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     register(sub)
 
 
+def _executor_probe(kafka: KafkaSettings) -> Probe:
+    from services.executor.settings import ExecutorSettings
+
+    return group_probe(kafka, ExecutorSettings(kafka=kafka).group_id())
+
+
 REGISTRARS.append(_executor_commands)
 LOCAL_SERVICES.append(("executor", ["executor"]))
+READINESS["executor"] = _executor_probe
 
 
 def _api_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,8 +59,17 @@ def _api_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     api.set_defaults(func=_run)
 
 
+def _api_probe(kafka: KafkaSettings) -> Probe:
+    from services.ingest.settings import IngestSettings
+
+    settings = IngestSettings(kafka=kafka)
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "") else settings.http_host
+    return http_probe(f"http://{host}:{settings.http_port}/healthz")
+
+
 REGISTRARS.append(_api_commands)
 LOCAL_SERVICES.append(("api", ["api"]))
+READINESS["api"] = _api_probe
 
 
 def _timer_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,5 +85,12 @@ def _timer_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     timer.set_defaults(func=_run)
 
 
+def _timer_probe(kafka: KafkaSettings) -> Probe:
+    from services.timer.settings import TimerSettings
+
+    return group_probe(kafka, TimerSettings(kafka=kafka).group_id())
+
+
 REGISTRARS.append(_timer_commands)
 LOCAL_SERVICES.insert(0, ("timer", ["timer"]))
+READINESS["timer"] = _timer_probe

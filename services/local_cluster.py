@@ -12,8 +12,12 @@ from types import FrameType
 
 from infra.broker import LocalBroker
 from infra.settings import BrokerSettings
+from services.readiness import Readiness, wait_until_ready
 from streams.admin import ensure_topics
 from streams.settings import KafkaSettings
+
+READY_TIMEOUT_S = 120.0
+"""How long ``up`` waits for every service to serve before it says which do not."""
 
 
 @dataclass
@@ -80,8 +84,14 @@ def run_local_cluster(
         for service in services:
             service.start(env)
             print(f"[kafkron] started {service.name}")
-        print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
-        if demo:
+        waiting = _wait_for_services(services, kafka, stop)
+        if waiting and not stop.is_set() and all(s.alive() for s in services):
+            print(f"[kafkron] not serving after {READY_TIMEOUT_S:.0f} s: {waiting}")
+            if check:
+                return 1
+        elif not waiting:
+            print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
+        if demo and not stop.is_set():
             from services import commands
 
             commands.run_demo(kafka)
@@ -99,3 +109,26 @@ def run_local_cluster(
             service.stop()
         broker.stop()
         print("[kafkron] stopped")
+
+
+def _wait_for_services(
+    services: list[ServiceProcess], kafka: KafkaSettings, stop: threading.Event
+) -> str:
+    """Wait until every service serves (``services/readiness.py``), printing each as it does;
+    returns those that do not yet, with what their probes saw ("" when all serve)."""
+    from services import commands
+
+    probes = {s.name: commands.READINESS[s.name](kafka) for s in services}
+    announced: set[str] = set()
+
+    def interrupted() -> bool:
+        return stop.is_set() or not all(s.alive() for s in services)
+
+    def report(answers: dict[str, Readiness]) -> None:
+        for name, answer in answers.items():
+            if answer.ready and name not in announced:
+                announced.add(name)
+                print(f"[kafkron] {name} serving ({answer.detail})")
+
+    answers = wait_until_ready(probes, READY_TIMEOUT_S, interrupted, on_answers=report)
+    return "; ".join(f"{n} ({a.detail})" for n, a in answers.items() if not a.ready)

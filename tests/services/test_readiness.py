@@ -1,0 +1,105 @@
+"""The probes ``kafkron up`` waits on before it prints "ready" (services/readiness.py).
+
+The group probe runs against the real broker; the HTTP probe against a local server.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from confluent_kafka import Consumer
+
+from infra.broker import free_port
+from services.readiness import Readiness, group_probe, http_probe, wait_until_ready
+from streams.settings import KafkaSettings
+from streams.topics import TopicNames
+
+
+class _Health(BaseHTTPRequestHandler):
+    status = 503
+
+    def do_GET(self) -> None:
+        self.send_response(type(self).status)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server() -> Iterator[tuple[str, type[_Health]]]:
+    handler = type("Health", (_Health,), {"status": 503})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/healthz", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_probe_is_ready_only_on_200(health_server: tuple[str, type[_Health]]) -> None:
+    url, handler = health_server
+    probe = http_probe(url)
+    unavailable = probe()
+    assert not unavailable.ready and "503" in unavailable.detail
+    handler.status = 200
+    assert probe() == Readiness(True, f"{url}: 200")
+
+
+def test_http_probe_of_a_port_nobody_listens_on_is_not_ready() -> None:
+    answer = http_probe(f"http://127.0.0.1:{free_port()}/healthz")()
+    assert not answer.ready
+    assert "refused" in answer.detail.lower(), answer.detail
+
+
+def test_group_probe_waits_for_assigned_partitions(topics: KafkaSettings) -> None:
+    group = f"{topics.namespace}probe-group"
+    probe = group_probe(topics, group)
+    before = probe()
+    assert not before.ready, before
+    consumer = Consumer(topics.client_config(**{"group.id": group, "group.protocol": "consumer"}))
+    consumer.subscribe([TopicNames(topics.namespace).jobs])
+    try:
+        answers = wait_until_ready(
+            {"consumer": lambda: (consumer.poll(0.2), probe())[1]}, 30.0, lambda: False, 0.1
+        )
+        answer = answers["consumer"]
+        assert answer.ready, answer
+        assert f"{topics.partitions} partitions on 1 member(s)" in answer.detail
+    finally:
+        consumer.close()
+
+
+def test_wait_returns_what_is_not_ready_at_the_deadline() -> None:
+    calls: list[str] = []
+
+    def never() -> Readiness:
+        calls.append("never")
+        return Readiness(False, "still restoring")
+
+    def once() -> Readiness:
+        calls.append("once")
+        return Readiness(True, "up")
+
+    answers = wait_until_ready({"a": never, "b": once}, 0.3, lambda: False, 0.05)
+    assert answers == {"a": Readiness(False, "still restoring"), "b": Readiness(True, "up")}
+    assert calls.count("once") == 1, "a ready service is not probed again"
+    assert calls.count("never") >= 3
+
+
+def test_wait_stops_when_interrupted() -> None:
+    rounds: list[dict[str, Readiness]] = []
+    answers = wait_until_ready(
+        {"a": lambda: Readiness(False, "no")},
+        60.0,
+        lambda: len(rounds) >= 2,
+        0.01,
+        on_answers=lambda seen: rounds.append(dict(seen)),
+    )
+    assert answers == {"a": Readiness(False, "no")}
+    assert len(rounds) == 2
