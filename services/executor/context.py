@@ -60,20 +60,20 @@ class HandlerContext(NamedTuple):
         now_monotonic_s: float | None = None,
         now_epoch_ms: int | None = None,
     ) -> HandlerContext:
-        """A context whose deadline is ``timeout_s`` from now (or from the given clocks)."""
-        mono = time.monotonic() if now_monotonic_s is None else now_monotonic_s
-        epoch_ms = time.time_ns() // 1_000_000 if now_epoch_ms is None else now_epoch_ms
-        return cls(
-            execution_id=execution_id,
-            job_id=job_id,
-            handler=handler,
-            scheduled_for_ms=scheduled_for_ms,
-            attempt=attempt,
-            deadline_monotonic_s=mono + timeout_s,
-            deadline_epoch_ms=epoch_ms + round(timeout_s * 1000),
-            payload=payload,
-            priority=priority,
-            worker_id=worker_id,
+        """A context whose deadline is ``timeout_s`` from now (or from the given clocks),
+        in whole milliseconds (a DueEvent's ``timeout_ms``): :meth:`of_run` by keyword."""
+        return cls.of_run(
+            execution_id,
+            job_id,
+            handler,
+            scheduled_for_ms,
+            attempt,
+            payload,
+            priority,
+            worker_id,
+            round(timeout_s * 1000),
+            time.monotonic() if now_monotonic_s is None else now_monotonic_s,
+            time.time_ns() // 1_000_000 if now_epoch_ms is None else now_epoch_ms,
         )
 
     @classmethod
@@ -91,7 +91,8 @@ class HandlerContext(NamedTuple):
         now_monotonic_s: float,
         now_epoch_ms: int,
     ) -> HandlerContext:
-        """:meth:`for_attempt` for the executor's hot path: positional, whole milliseconds."""
+        """The context of one run, its deadline ``timeout_ms`` after the given clocks
+        (positional: the executor's hot path builds one per run)."""
         return _new(
             cls,
             (
