@@ -18,7 +18,8 @@ REGISTRARS: list[Registrar] = []
 
 LOCAL_SERVICES: list[tuple[str, list[str]]] = []
 
-READINESS: dict[str, Callable[[KafkaSettings], Probe]] = {}
+READINESS: dict[str, Callable[[KafkaSettings, int], Probe]] = {}
+"""Per service: its probe, given the Kafka settings and the pid of the process started."""
 
 
 def run_demo(kafka: KafkaSettings) -> None:
@@ -35,10 +36,13 @@ def _executor_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     register(sub)
 
 
-def _executor_probe(kafka: KafkaSettings) -> Probe:
-    from services.executor.settings import ExecutorSettings
+def _executor_probe(kafka: KafkaSettings, pid: int) -> Probe:
+    from services.executor.settings import ExecutorSettings, default_worker_id
 
-    return group_probe(kafka, ExecutorSettings(kafka=kafka).group_id())
+    settings = ExecutorSettings(kafka=kafka)
+    set_here = "worker_id" in settings.model_fields_set  # by KAFKRON_EXECUTOR_WORKER_ID
+    member = settings.worker_id if set_here else default_worker_id(pid)
+    return group_probe(kafka, settings.group_id(), member)
 
 
 REGISTRARS.append(_executor_commands)
@@ -59,7 +63,7 @@ def _api_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     api.set_defaults(func=_run)
 
 
-def _api_probe(kafka: KafkaSettings) -> Probe:
+def _api_probe(kafka: KafkaSettings, pid: int) -> Probe:
     from services.ingest.settings import IngestSettings
 
     settings = IngestSettings(kafka=kafka)
@@ -85,10 +89,13 @@ def _timer_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     timer.set_defaults(func=_run)
 
 
-def _timer_probe(kafka: KafkaSettings) -> Probe:
-    from services.timer.settings import TimerSettings
+def _timer_probe(kafka: KafkaSettings, pid: int) -> Probe:
+    from services.timer.settings import TimerSettings, default_instance_id
 
-    return group_probe(kafka, TimerSettings(kafka=kafka).group_id())
+    settings = TimerSettings(kafka=kafka)
+    set_here = "instance_id" in settings.model_fields_set  # by KAFKRON_TIMER_INSTANCE_ID
+    member = settings.instance_id if set_here else default_instance_id(pid)
+    return group_probe(kafka, settings.group_id(), member)
 
 
 REGISTRARS.append(_timer_commands)

@@ -14,6 +14,7 @@ from infra.broker import LocalBroker
 from infra.settings import BrokerSettings
 from services.readiness import Readiness, wait_until_ready
 from streams.admin import ensure_topics
+from streams.exceptions import KafkronError
 from streams.settings import KafkaSettings
 
 READY_TIMEOUT_S = 120.0
@@ -30,6 +31,12 @@ class ServiceProcess:
 
     def start(self, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(self.argv, env=env)
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise KafkronError(f"{self.name} was not started: it has no pid yet")
+        return self.process.pid
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -118,7 +125,7 @@ def _wait_for_services(
     returns those that do not yet, with what their probes saw ("" when all serve)."""
     from services import commands
 
-    probes = {s.name: commands.READINESS[s.name](kafka) for s in services}
+    probes = {s.name: commands.READINESS[s.name](kafka, s.pid) for s in services}
     announced: set[str] = set()
 
     def interrupted() -> bool:

@@ -32,21 +32,30 @@ class Readiness:
 Probe = Callable[[], Readiness]
 
 
-def group_probe(kafka: KafkaSettings, group_id: str) -> Probe:
-    """Ready when consumer group ``group_id`` has a member with partitions assigned."""
+def group_probe(kafka: KafkaSettings, group_id: str, member: str | None = None) -> Probe:
+    """Ready when consumer group ``group_id`` has partitions assigned to ``member`` (a
+    member's client id: the process's worker id, see ``streams.kafka.consumer``), or to
+    any member when ``member`` is None or the operator set ``client.id`` for every client.
+
+    Naming the member keeps a member of an earlier run, until its session times out, or
+    another process of the group from passing for the one just started.
+    """
     admin = AdminClient(kafka.client_config())
+    if "client.id" in kafka.librdkafka:
+        member = None
+    wanted = f"{group_id} (member {member})" if member else group_id
 
     def probe() -> Readiness:
         try:
             futures = admin.describe_consumer_groups([group_id], request_timeout=PROBE_TIMEOUT_S)
             group = futures[group_id].result()
         except Exception as exc:  # the broker is busy or the group is not there yet
-            return Readiness(False, f"group {group_id}: {exc}")
-        assigned = sum(len(m.assignment.topic_partitions) for m in group.members)
+            return Readiness(False, f"group {wanted}: {exc}")
+        members = [m for m in group.members if member is None or m.client_id == member]
+        assigned = sum(len(m.assignment.topic_partitions) for m in members)
         if not assigned:
-            return Readiness(False, f"group {group_id}: no partitions assigned yet")
-        members = len(group.members)
-        return Readiness(True, f"group {group_id}: {assigned} partitions on {members} member(s)")
+            return Readiness(False, f"group {wanted}: no partitions assigned yet")
+        return Readiness(True, f"group {wanted}: {assigned} partitions")
 
     return probe
 

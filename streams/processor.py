@@ -134,7 +134,7 @@ class Processor:
         self._producer.init()
         instance = self.instance_id if opts.static_membership else None
         self._consumer = create_group_consumer(
-            self.settings, self.group_id, group_instance_id=instance
+            self.settings, self.group_id, group_instance_id=instance, client_id=self.instance_id
         )
         self._recovery = Recovery(
             create_restore_consumer(self.settings, self.group_id),

@@ -65,7 +65,9 @@ def open_clients(settings: ExecutorSettings, due_topics: list[str]) -> ExecutorC
     instance = settings.worker_id if settings.static_membership else None
     return ExecutorClients(
         producer=producer,
-        consumer=create_group_consumer(kafka, group, group_instance_id=instance),
+        consumer=create_group_consumer(
+            kafka, group, group_instance_id=instance, client_id=settings.worker_id
+        ),
         dedup=DedupStore(
             group,
             kafka.state_dir,

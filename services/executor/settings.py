@@ -24,8 +24,9 @@ DEFAULT_HANDLER_SPECS: tuple[str, ...] = (
 """The example handlers every executor registers unless its operator replaces the list."""
 
 
-def _default_worker_id() -> str:
-    return f"executor-{socket.gethostname()}-{os.getpid()}"
+def default_worker_id(pid: int | None = None) -> str:
+    """The worker id of the executor process ``pid`` (this one by default) when none is set."""
+    return f"executor-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
 class ExecutorSettings(BaseSettings):
@@ -44,7 +45,7 @@ class ExecutorSettings(BaseSettings):
     # Names this process in results and its transactional producer. Give each executor a
     # stable one (executor-0, executor-1, ...): a restart then aborts its predecessor's
     # open transaction at once instead of after transaction_timeout_ms.
-    worker_id: str = Field(default_factory=_default_worker_id, min_length=1)
+    worker_id: str = Field(default_factory=default_worker_id, min_length=1)
     # Runs waiting for their handler at once (one that returns without suspending holds
     # none). Size it as handler latency x wanted rate x 2-3: the default carries 100 ms
     # handlers at 15K/s with room; more costs CPU per run (the event loop's timer heap).

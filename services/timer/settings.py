@@ -11,8 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from streams.settings import KafkaSettings
 
 
-def _default_instance_id() -> str:
-    return f"timer-{socket.gethostname()}-{os.getpid()}"
+def default_instance_id(pid: int | None = None) -> str:
+    """The instance id of the timer process ``pid`` (this one by default) when none is set."""
+    return f"timer-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
 class TimerSettings(BaseSettings):
@@ -48,7 +49,7 @@ class TimerSettings(BaseSettings):
     # Names this process's transactional producer; give each timer a stable one (timer-0,
     # timer-1, ...) so a restart aborts its predecessor's open transaction at once instead
     # of after transaction_timeout_ms.
-    instance_id: str = Field(default_factory=_default_instance_id)
+    instance_id: str = Field(default_factory=default_instance_id)
     # Fires become visible when their transaction commits. A drain that caught up commits
     # within ``trickle_commit_interval_ms`` (below); one still behind (a hot second) lets the
     # transaction grow for up to this long: fewer, larger transactions cost the broker far

@@ -46,10 +46,20 @@ _APPLIED_POLL_S = 0.05
 
 
 def group_consumer_config(
-    settings: KafkaSettings, group_id: str, *, group_instance_id: str | None = None
+    settings: KafkaSettings,
+    group_id: str,
+    *,
+    group_instance_id: str | None = None,
+    client_id: str | None = None,
 ) -> dict[str, Any]:
-    """librdkafka config of a processor's group consumer; operator extras apply first."""
+    """librdkafka config of a processor's group consumer; operator extras apply first.
+
+    ``client_id`` (the process's worker id) names the member in the group's description,
+    where ``kafkron up`` looks for its own processes, unless the operator set ``client.id``.
+    """
     config = settings.client_config()
+    if client_id is not None and "client.id" not in settings.librdkafka:
+        config["client.id"] = client_id
     config.update(
         {
             "group.id": group_id,
@@ -69,10 +79,18 @@ def group_consumer_config(
 
 
 def create_group_consumer(
-    settings: KafkaSettings, group_id: str, *, group_instance_id: str | None = None
+    settings: KafkaSettings,
+    group_id: str,
+    *,
+    group_instance_id: str | None = None,
+    client_id: str | None = None,
 ) -> Consumer:
     """A KIP-848 group consumer reading committed records only, never committing by itself."""
-    return Consumer(group_consumer_config(settings, group_id, group_instance_id=group_instance_id))
+    return Consumer(
+        group_consumer_config(
+            settings, group_id, group_instance_id=group_instance_id, client_id=client_id
+        )
+    )
 
 
 def create_restore_consumer(settings: KafkaSettings, group_id: str) -> Consumer:

@@ -80,7 +80,8 @@ def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     # "ready" comes only after every service answered its probe (services/readiness.py).
     ready_at = next(i for i, line in enumerate(lines) if "[kafkron] ready:" in line)
-    for serving in ("timer serving (group upcheck.timer: ", "executor serving (group upcheck.",
+    for serving in ("timer serving (group upcheck.timer (member timer-",
+                    "executor serving (group upcheck.executor (member executor-",
                     "api serving (http://127.0.0.1:"):  # fmt: skip
         assert any(serving in line for line in lines[:ready_at]), done.stdout
     # Each one-off of the demo reaches its final outcome through timer and executor.

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer
 
 from infra.broker import free_port
 from services.readiness import Readiness, group_probe, http_probe, wait_until_ready
+from streams.kafka.consumer import group_consumer_config
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
 
@@ -57,22 +58,38 @@ def test_http_probe_of_a_port_nobody_listens_on_is_not_ready() -> None:
     assert "refused" in answer.detail.lower(), answer.detail
 
 
-def test_group_probe_waits_for_assigned_partitions(topics: KafkaSettings) -> None:
+def test_group_probe_waits_for_partitions_of_the_member_it_names(topics: KafkaSettings) -> None:
     group = f"{topics.namespace}probe-group"
-    probe = group_probe(topics, group)
-    before = probe()
+    ours, other = group_probe(topics, group, "member-a"), group_probe(topics, group, "member-b")
+    anyone = group_probe(topics, group)
+    before = ours()
     assert not before.ready, before
-    consumer = Consumer(topics.client_config(**{"group.id": group, "group.protocol": "consumer"}))
+    config = group_consumer_config(topics, group, client_id="member-a")
+    consumer = Consumer(config)
     consumer.subscribe([TopicNames(topics.namespace).jobs])
     try:
         answers = wait_until_ready(
-            {"consumer": lambda: (consumer.poll(0.2), probe())[1]}, 30.0, lambda: False, 0.1
+            {"consumer": lambda: (consumer.poll(0.2), ours())[1]}, 30.0, lambda: False, 0.1
         )
         answer = answers["consumer"]
         assert answer.ready, answer
-        assert f"{topics.partitions} partitions on 1 member(s)" in answer.detail
+        assert answer.detail == f"group {group} (member member-a): {topics.partitions} partitions"
+        assert anyone().ready
+        # Another process of the group (or one of an earlier run) does not pass for "member-b".
+        assert other() == Readiness(False, f"group {group} (member member-b): no partitions "
+                                    "assigned yet")  # fmt: skip
     finally:
         consumer.close()
+
+
+def test_group_consumers_carry_the_worker_id_unless_the_operator_names_them() -> None:
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    assert group_consumer_config(kafka, "g", client_id="timer-h-1")["client.id"] == "timer-h-1"
+    assert "client.id" not in group_consumer_config(kafka, "g")
+    named = KafkaSettings(bootstrap_servers="127.0.0.1:1", librdkafka={"client.id": "ops"})
+    assert group_consumer_config(named, "g", client_id="timer-h-1")["client.id"] == "ops"
+    # The probe then cannot tell the members apart, and takes any member's partitions.
+    assert "(member" not in group_probe(named, "g", "timer-h-1")().detail
 
 
 def test_wait_returns_what_is_not_ready_at_the_deadline() -> None:
