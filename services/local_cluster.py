@@ -91,17 +91,19 @@ def run_local_cluster(
         for service in services:
             service.start(env)
             print(f"[kafkron] started {service.name}")
+        # Not serving: stopped (the loop below ends), a service exited (the loop says which),
+        # or still waiting after the timeout (said here). The demo runs only when all serve.
         waiting = _wait_for_services(services, kafka, stop)
-        if waiting and not stop.is_set() and all(s.alive() for s in services):
+        if not waiting:
+            print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
+            if demo:
+                from services import commands
+
+                commands.run_demo(kafka)
+        elif not stop.is_set() and all(s.alive() for s in services):
             print(f"[kafkron] not serving after {READY_TIMEOUT_S:.0f} s: {waiting}")
             if check:
                 return 1
-        elif not waiting:
-            print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
-        if demo and not stop.is_set():
-            from services import commands
-
-            commands.run_demo(kafka)
         while not stop.is_set():  # Ctrl-C reaches the services too: they exit, not die
             dead = [s.name for s in services if not s.alive()]
             if dead:

@@ -94,8 +94,7 @@ def wait_until_ready(
             if name not in answers or not answers[name].ready:
                 answers[name] = probe()
         on_answers(answers)
-        if all(a.ready for a in answers.values()) or time.monotonic() > deadline:
-            return answers
-        if interrupted():
+        done = all(a.ready for a in answers.values())
+        if done or time.monotonic() > deadline or interrupted():
             return answers
         time.sleep(interval_s)
