@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -180,7 +181,7 @@ class LocalBroker:
         java = require_tool("java", "apt-get install openjdk-17-jre-headless")
         heap = f"{self.settings.heap_mb}m"
         cmd = [
-            java, f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            java, f"-Xms{heap}", f"-Xmx{heap}", *shlex.split(self.settings.jvm_options),
             "-Djava.awt.headless=true", f"-Dkafka.logs.dir={self.log_dir}",
             f"-Dlog4j2.configurationFile={config}/log4j2.properties",
             "-cp", f"{libs}/*", "kafka.Kafka", str(config / "server.properties"),

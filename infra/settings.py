@@ -22,6 +22,9 @@ class BrokerSettings(BaseSettings):
     port: int = Field(default=9092, ge=0, le=65535)
     controller_port: int = Field(default=0, ge=0, le=65535)
     heap_mb: int = Field(default=768, ge=256)
+    # JVM flags besides the heap (split like a shell would): the garbage collector and its
+    # tuning. ``KAFKRON_BROKER_JVM_OPTIONS`` replaces them, e.g. to compare collectors.
+    jvm_options: str = "-XX:+UseG1GC -XX:MaxGCPauseMillis=20"
     start_timeout_s: float = Field(default=120.0, gt=0)
     stop_grace_s: float = Field(default=30.0, gt=0)
     # Where the jars go; shared across homes so a test broker reuses the dev broker's fetch.

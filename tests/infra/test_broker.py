@@ -26,12 +26,18 @@ def _settings(home: Path) -> BrokerSettings:
 
 
 def test_start_is_ready_within_deadline_idempotent_and_stops(tmp_path: Path) -> None:
-    broker = LocalBroker(_settings(tmp_path / "broker"))
+    settings = _settings(tmp_path / "broker").model_copy(
+        update={"jvm_options": "-XX:+UseSerialGC -Dkafkron.test='a b'"}
+    )
+    broker = LocalBroker(settings)
     started = time.monotonic()
     state = broker.start()
     ready_s = time.monotonic() - started
     try:
         assert ready_s < 120, f"broker took {ready_s:.1f}s to answer"
+        arguments = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"-XX:+UseSerialGC" in arguments, "jvm_options reach the JVM"
+        assert b"-Dkafkron.test=a b" in arguments, "jvm_options split like a shell"
         assert broker.answers(state.bootstrap)
         again = broker.start()
         assert again.pid == state.pid, "a running broker is reused, not started twice"
