@@ -5,3 +5,7 @@ One module per concern, independent of the Kafka loop: ``handlers`` (registry),
 attempt), ``backoff`` (retry timing), ``lanes`` (priority selection), ``offsets`` (what to
 commit) and ``exceptions``.
 """
+
+from streams.native import extend_path
+
+__path__ = extend_path(__path__, __name__)

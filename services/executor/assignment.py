@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable
+from typing import Protocol
 
 from confluent_kafka import TopicPartition
 
@@ -32,6 +33,14 @@ class Token:
     """Identity of one period of ownership of one partition (compared with ``is``)."""
 
     __slots__ = ()
+
+
+class Ownership(Protocol):
+    """What a run asks of the partitions' ownership (:class:`Assignment`)."""
+
+    def token_to_start(self, tp: TP) -> Token | None: ...
+
+    def is_current(self, tp: TP, token: Token) -> bool: ...
 
 
 class Assignment:

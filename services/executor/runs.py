@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from confluent_kafka import Message
 
-from services.executor.assignment import TP, Assignment, Token
+from services.executor.assignment import TP, Ownership, Token
 from services.executor.context import HandlerContext
 from services.executor.deadlines import Deadlines
 from services.executor.dedup import DedupEntry, DedupStore, Progress, entry_after, skip_reason
@@ -136,7 +136,7 @@ class RecordRunner:
         pool: SyncHandlerPool,
         producer: TransactionalProducer,
         dedup: DedupStore,
-        assignment: Assignment,
+        assignment: Ownership,
         offsets: OffsetTracker[TP],
         stats: ExecutorStats,
         request_abort: Callable[[str], None],
