@@ -14,8 +14,9 @@ from streams import native
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Iterator[Path]:
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A checkout with the listed sources and a build manifest that matches them."""
+    monkeypatch.delenv(native.DISABLE_ENV, raising=False)  # ./dev test also runs under =0
     for module in native.NATIVE_MODULES:
         target = native.source_path(module, tmp_path)
         target.parent.mkdir(parents=True, exist_ok=True)
