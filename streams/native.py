@@ -106,10 +106,17 @@ def active(root: Path = ROOT) -> bool:
     if os.environ.get(DISABLE_ENV, "1") == "0":
         return False
     reason = stale_reason(root)
-    if reason is not None:
-        log.warning("compiled modules not used, running pure Python: %s", reason)
-        return False
-    return True
+    if reason is None:
+        return True
+    # No build at all is a machine without a compiler (setup said so once); a build that
+    # no longer matches is a developer's edit that runs slower until rebuilt: say so.
+    no_build = not (build_dir(root) / MANIFEST).exists()
+    log.log(
+        logging.INFO if no_build else logging.WARNING,
+        "compiled modules not used, running pure Python: %s",
+        reason,
+    )
+    return False
 
 
 def extend_path(package_path: list[str], package: str, root: Path = ROOT) -> list[str]:

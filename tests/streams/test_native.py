@@ -82,3 +82,20 @@ def test_setup_built_the_modules_and_they_are_what_imports() -> None:
     assert native.compiled(services.executor.runs) is expected
     assert native.compiled(services.timer.wheel) is expected
     assert not native.compiled(services.executor.handlers)  # not listed
+
+
+def test_a_stale_build_is_a_warning_and_no_build_is_not(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = native.source_path("services.timer.wheel", root)
+    source.write_text(source.read_text() + "\n# edited\n")
+    with caplog.at_level("INFO", logger=native.__name__):
+        assert not native.active(root)
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "services.timer.wheel" in caplog.records[0].getMessage()
+    native.active.cache_clear()
+    caplog.clear()
+    (native.build_dir(root) / native.MANIFEST).unlink()
+    with caplog.at_level("INFO", logger=native.__name__):
+        assert not native.active(root)
+    assert [r.levelname for r in caplog.records] == ["INFO"]
