@@ -364,8 +364,9 @@ def test_a_full_lane_is_paused_when_a_high_record_waits_behind_it(
     finally:
         executor.stop()
     # Produced after 10 LOW runs; fetched within a fetch wait (0.5 s, 25 runs), then paused
-    # past: measured 40th.
-    assert order.index("high") < 10 + 50, order.index("high")
+    # past: measured 39th-40th on an idle machine, compiled or not, and 63rd once under the
+    # whole suite's load (a slow fetch). Without the probe it runs 148th of 151.
+    assert order.index("high") < 10 + 90, order.index("high")
     assert executor.loop.stats.lane_pauses >= 1
 
 
