@@ -35,7 +35,8 @@ class NativeBuildError(KafkronError):
 def missing_tools() -> list[str]:
     """What a build needs and this machine lacks, as a person would install it."""
     missing = []
-    if shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is None:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]  # unset in some builds
+    if shutil.which(compiler) is None:
         missing.append("a C compiler (e.g. apt-get install gcc)")
     if not Path(sysconfig.get_paths()["include"], "Python.h").is_file():
         version = f"{sys.version_info.major}.{sys.version_info.minor}"

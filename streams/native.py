@@ -54,8 +54,9 @@ NATIVE_MODULES: tuple[str, ...] = (
 )
 """What mypyc compiles: the modules a record passes through, in packages that call
 :func:`extend_path`. Left out on purpose: modules tests replace parts of at run time
-(``streams.state``) and ones mypyc cannot compile yet (``services.executor.consuming``: an
-attribute named ``_thread`` becomes a C keyword)."""
+(``streams.state``), ``services.executor.runner`` (a variable typed as one exception class
+holds others, which compiled code refuses) and ones mypyc cannot compile yet
+(``services.executor.consuming``: an attribute named ``_thread`` becomes a C keyword)."""
 MANIFEST = "manifest.json"
 DISABLE_ENV = "KAFKRON_NATIVE"
 
