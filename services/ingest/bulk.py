@@ -46,6 +46,7 @@ from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import (
     JOB_ID_PATTERN,
+    MAX_PAYLOAD_DEPTH,
     JobCreate,
     check_limits,
     parse_job_create,
@@ -145,27 +146,42 @@ class _Shape:
         return b"".join(parts)
 
 
-def _freeze(value: Any) -> Any:
-    """A hashable, type-exact stand-in for a JSON-like value (1, 1.0 and True differ)."""
-    if isinstance(value, dict):
-        return (dict, tuple((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return (list, tuple(_freeze(v) for v in value))
+def _freeze(value: Any, levels: int = MAX_PAYLOAD_DEPTH) -> Any:
+    """A hashable, type-exact stand-in for a JSON-like value (1, 1.0 and True differ).
+
+    Raises TypeError (like an unhashable value) past ``levels`` of nesting, before
+    recursing: such a request goes to pydantic, which names the field."""
+    if isinstance(value, dict | list):
+        if levels <= 0:
+            raise TypeError("nested too deep for the fast path")
+        if isinstance(value, dict):
+            return (dict, tuple((k, _freeze(v, levels - 1)) for k, v in value.items()))
+        return (list, tuple(_freeze(v, levels - 1) for v in value))
     return (type(value), value)
 
 
-def _is_json(value: Any, scalars: frozenset[type] = _SCALAR_TYPES) -> bool:
+def _is_json(
+    value: Any, scalars: frozenset[type] = _SCALAR_TYPES, below: int = MAX_PAYLOAD_DEPTH - 1
+) -> bool:
     """True for plain JSON data: exact dict (str keys), list, and ``scalars`` (by default
     str, int, float, bool, None; :data:`_PLAIN_SCALAR_TYPES` leaves out floats, for what
-    orjson writes byte for byte as json.dumps)."""
+    orjson writes byte for byte as json.dumps), nesting at most MAX_PAYLOAD_DEPTH lists and
+    dicts (deeper is for pydantic to reject, naming the field).
+
+    ``below`` is how many levels may nest inside ``value``; it is checked before recursing,
+    and only for a container inside a container, so flat payloads pay nothing for it."""
     kind = type(value)
     if kind is dict:
         for k, v in value.items():
-            if type(k) is not str or (type(v) not in scalars and not _is_json(v, scalars)):
+            if type(k) is not str or (
+                type(v) not in scalars and (below <= 0 or not _is_json(v, scalars, below - 1))
+            ):
                 return False
         return True
     if kind is list:
-        return all(type(v) in scalars or _is_json(v, scalars) for v in value)
+        return all(
+            type(v) in scalars or (below > 0 and _is_json(v, scalars, below - 1)) for v in value
+        )
     return kind in scalars
 
 
@@ -435,7 +451,7 @@ class BulkJobBuilder:
         if _is_json(value, _PLAIN_SCALAR_TYPES):
             try:
                 return orjson.dumps(value)  # ~0.2 us instead of ~0.9 us
-            except TypeError:  # ints beyond 64 bits, deep nesting, lone surrogates
+            except TypeError:  # ints beyond 64 bits, lone surrogates
                 pass
         try:
             if not _is_json(value):

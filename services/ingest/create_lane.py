@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -36,6 +37,7 @@ from services.ingest.batch import (
 )
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
+from services.ingest.validation import MAX_PAYLOAD_DEPTH, too_deep_message
 from streams.exceptions import KafkronError
 
 log = logging.getLogger(__name__)
@@ -45,16 +47,82 @@ BATCH_PATH = "/api/jobs/batch"
 _PATHS = frozenset({CREATE_PATH, BATCH_PATH})
 # JSON framing around the payload limit: the other fields of a request are small.
 _BODY_OVERHEAD_BYTES = 64 * 1024
+# How deep a body may nest when orjson cannot read it: a payload at its depth limit inside
+# the body ({"payload": ...}) or a batch ({"items": [{"job": {"payload": ...}}]}).
+_MAX_CREATE_DEPTH = MAX_PAYLOAD_DEPTH + 1
+_MAX_BATCH_DEPTH = MAX_PAYLOAD_DEPTH + 4
 
 Answer = tuple[int, Any, float | None]  # status, JSON body, Retry-After seconds
 
 
-def decode_json(raw: bytes) -> Any:
-    """A request body as JSON; raises ValueError (with the position) when it is not JSON."""
+class NestedTooDeepError(ValueError):
+    """A body orjson could not read nests deeper than json.loads may safely recurse.
+
+    ``path`` leads from the body to the first array or object past the limit."""
+
+    def __init__(self, path: list[str | int], limit: int) -> None:
+        self.path, self.limit = path, limit
+        super().__init__(f"nested more than {limit} levels deep at {path}")
+
+
+def decode_json(raw: bytes, max_depth: int) -> Any:
+    """A request body as JSON; raises ValueError (with the position) when it is not JSON.
+
+    orjson reads bodies nested up to 1,024 levels (validation then bounds each field). What
+    it refuses goes to json.loads: what only json reads (NaN, lone surrogates: validation
+    then names the field; integers beyond 64 bits where orjson refuses them), else its
+    error. json.loads recurses once per level, so it only gets bodies nested at most
+    ``max_depth`` levels; deeper ones raise NestedTooDeepError."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(raw)  # integers beyond 64 bits, which orjson refuses; or the error
+        path = too_deep_path(raw, max_depth)
+        if path is not None:
+            raise NestedTooDeepError(path, max_depth) from None
+        return json.loads(raw)
+
+
+# The tokens that matter for nesting: strings (whose brackets do not count), brackets,
+# and the separators that move to the next key or index.
+_JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:,]', re.DOTALL)
+
+
+def too_deep_path(raw: bytes, max_depth: int) -> list[str | int] | None:
+    """Where ``raw`` (JSON text, maybe invalid) first opens an array or object more than
+    ``max_depth`` levels deep: the keys and indexes leading to it; None if nowhere.
+
+    A scan of tokens with an explicit stack, so any nesting is safe to measure."""
+    path: list[str | int] = []  # per open container: the key or index being read
+    kinds: list[bytes] = []
+    last_string = ""
+    for match in _JSON_TOKENS.finditer(raw):
+        token = match.group()
+        first = token[:1]
+        if first == b'"':
+            last_string = _string_of(token)
+        elif first in b"[{":
+            if len(kinds) >= max_depth:
+                return path
+            kinds.append(first)
+            path.append(0 if first == b"[" else "")
+        elif first in b"]}":
+            if kinds:
+                kinds.pop()
+                path.pop()
+        elif first == b":" and kinds and kinds[-1] == b"{":
+            path[-1] = last_string
+        elif first == b"," and kinds and kinds[-1] == b"[":
+            index = path[-1]
+            path[-1] = index + 1 if isinstance(index, int) else 0
+    return None
+
+
+def _string_of(token: bytes) -> str:
+    try:
+        text: str = json.loads(token)
+    except ValueError:  # a bad escape: the key as written is still a fine pointer
+        return token[1:-1].decode("utf-8", "replace")
+    return text
 
 
 def unprocessable(errors: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
@@ -109,7 +177,9 @@ class CreateLane:
             error = JobRequestError.at(["idempotency-key"], message, None, "string_too_long")
             return 422, unprocessable(error.errors, "header"), None
         try:
-            body = decode_json(raw)
+            body = decode_json(raw, _MAX_CREATE_DEPTH)
+        except NestedTooDeepError as exc:
+            return _too_deep(exc, fields_at=1)
         except ValueError as exc:
             return _json_invalid(exc)
         try:
@@ -120,7 +190,10 @@ class CreateLane:
 
     async def _batch(self, raw: bytes, creates: AsyncCreates) -> Answer:
         try:
-            valid, envelope_errors = parse_batch(decode_json(raw), self._max_batch_items)
+            body = decode_json(raw, _MAX_BATCH_DEPTH)
+            valid, envelope_errors = parse_batch(body, self._max_batch_items)
+        except NestedTooDeepError as exc:
+            return _too_deep(exc, fields_at=4)
         except BatchTooLargeError as exc:
             error = {"type": "too_long", "loc": ["body", "items"], "msg": str(exc),
                      "input": None, "ctx": {"max_length": exc.limit}}  # fmt: skip
@@ -165,6 +238,13 @@ def serve_creates_first(app: Any, settings: IngestSettings) -> ASGIApp:
             await _send(send, answer)
 
     return front
+
+
+def _too_deep(exc: NestedTooDeepError, fields_at: int) -> Answer:
+    """The 422 naming the field (``fields_at`` keys and indexes into the body) whose value
+    nests too deep for the body to be read."""
+    error = JobRequestError.at(exc.path[:fields_at], too_deep_message(), None)
+    return 422, unprocessable(error.errors, "body"), None
 
 
 def _json_invalid(exc: ValueError) -> Answer:

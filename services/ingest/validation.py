@@ -3,6 +3,11 @@
 Every error names its field in ``loc``, like FastAPI's own 422 bodies. Static rules live on
 the models; rules that need the settings or the clock (payload size, run_at not too far in
 the past, resolved retry policy) live in :func:`check_limits`.
+
+A JSON payload nests arrays and objects at most :data:`MAX_PAYLOAD_DEPTH` levels deep,
+checked without recursion before anything recursive (pydantic, ``json.dumps``, echoing the
+input in an error) sees it: hostile nesting answers 422 naming ``payload``, never a
+RecursionError.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,6 +28,7 @@ from pydantic import (
     PrivateAttr,
     StringConstraints,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -44,6 +50,11 @@ MAX_LABELS = 64
 MAX_TIMEOUT_S = 7 * 86_400.0
 MAX_WINDOW_S = 366 * 86_400.0
 MAX_BACKOFF_S = 7 * 86_400.0
+# How many levels of arrays and objects a JSON payload may nest ([[1]] is 2, a scalar 0).
+# Real payloads nest a handful; 64 leaves room for any of them and stays far below every
+# recursive step a payload goes through: pydantic's JsonValue gives up at 255 levels,
+# orjson writes 254, CPython's json and repr recurse up to the 1,000-frame limit.
+MAX_PAYLOAD_DEPTH = 64
 
 Loc = tuple[str | int, ...]
 
@@ -81,10 +92,38 @@ def to_epoch_ms(value: Any) -> Any:
     raise ValueError("expected epoch milliseconds (an integer) or an ISO-8601 string with a zone")
 
 
-EpochMs = Annotated[int, BeforeValidator(to_epoch_ms), Field(ge=0, le=253_402_300_799_999)]
-JobId = Annotated[str, StringConstraints(pattern=JOB_ID_PATTERN)]
-LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
-LabelValue = Annotated[str, StringConstraints(max_length=256)]
+_CONTAINERS = (dict, list, tuple)
+
+
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists, tuples and dicts more than ``limit`` levels deep.
+
+    Iterative (a stack of containers, scalars never pushed), so any depth is safe to ask.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, _CONTAINERS))
+    return False
+
+
+def too_deep_message(limit: int = MAX_PAYLOAD_DEPTH) -> str:
+    """What a 422 says about a value nested more than ``limit`` levels deep."""
+    return (
+        f"nests arrays and objects more than {limit} levels deep; flatten it, or store the "
+        "data elsewhere and pass a reference"
+    )
+
+
+def _bounded_depth(value: Any) -> Any:
+    if nests_deeper_than(value, MAX_PAYLOAD_DEPTH):
+        raise PydanticCustomError("value_error", "{reason}", {"reason": too_deep_message()})
+    return value
 
 
 def _upper(value: Any) -> Any:
@@ -98,6 +137,23 @@ def _decode_b64(value: Any) -> Any:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("not valid base64 (standard alphabet, with padding)") from None
+
+
+EpochMs = Annotated[int, BeforeValidator(to_epoch_ms), Field(ge=0, le=253_402_300_799_999)]
+# A JSON value (the default JsonValue, which recurses) whose depth is checked first.
+Payload = Annotated[
+    JsonValue,
+    BeforeValidator(_bounded_depth),
+    WithJsonSchema(
+        {
+            "description": "Any JSON value, nesting arrays and objects at most "
+            f"{MAX_PAYLOAD_DEPTH} levels deep; stored as its UTF-8 JSON"
+        }
+    ),
+]
+JobId = Annotated[str, StringConstraints(pattern=JOB_ID_PATTERN)]
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, StringConstraints(max_length=256)]
 
 
 class _Request(BaseModel):
@@ -148,7 +204,7 @@ class JobCreate(_Request):
 
     job_id: JobId | None = None
     handler: str = Field(max_length=HANDLER_NAME_MAX_LENGTH, pattern=HANDLER_NAME_PATTERN)
-    payload: JsonValue = None
+    payload: Payload = None
     payload_b64: Annotated[bytes | None, BeforeValidator(_decode_b64)] = None
     run_at: EpochMs | None = None
     cron: CronRequest | None = None
@@ -235,12 +291,22 @@ def pydantic_errors(exc: ValidationError, prefix: Loc = ()) -> list[dict[str, An
 
 
 def _json_safe(value: Any) -> Any:
+    """``value`` as JSON can carry it; None for one nested deeper than a payload may be
+    (an error does not echo such an input: copying or writing it would recurse that deep)."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+    if nests_deeper_than(value, MAX_PAYLOAD_DEPTH):
+        return None
+    return _json_copy(value)
+
+
+def _json_copy(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_copy(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
+        return [_json_copy(v) for v in value]
     return str(value)
 
 
