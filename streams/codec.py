@@ -20,8 +20,9 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas import schema_paths
-from streams.exceptions import ConfigurationError, DecodeError, EncodeError
+from schemas import SCHEMA_DIR, schema_paths
+from streams.bounds import BOUNDS_FILE, Bounds, Check
+from streams.exceptions import ConfigurationError, DecodeError, EncodeError, InvalidRecordError
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 HEADER_LEN = len(SINGLE_OBJECT_MAGIC) + 8
@@ -81,6 +82,9 @@ class Codec:
     written with the highest version (or ``writer_versions[kind]``) and decoded into the
     highest version (or ``reader_versions[kind]``); every version stays known, so records
     written by older or newer writers still decode. Immutable, hence safe across threads.
+
+    ``bounds`` are the semantic bounds (``schemas/bounds.json``, see :mod:`streams.bounds`)
+    that :meth:`decode` checks every decoded record against; none when not given.
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class Codec:
         *,
         writer_versions: Mapping[RecordKind, int] | None = None,
         reader_versions: Mapping[RecordKind, int] | None = None,
+        bounds: Mapping[str, Any] | None = None,
     ) -> None:
         parsed = {
             _as_kind(kind): {v: _parse(kind, v, s) for v, s in versions.items()}
@@ -109,6 +114,12 @@ class Codec:
             header = SINGLE_OBJECT_MAGIC + schema_fingerprint(versions[writer_version])
             self._writers[kind] = _Writer(writer_version, header, versions[writer_version])
         self._known_summary = ", ".join(sorted(w.label for w in self._known.values())) or "none"
+        readers = {kind: versions[self._reader_versions[kind]] for kind, versions in parsed.items()}
+        self.bounds = Bounds(bounds or {}, readers.values())
+        self._record_names = {kind: str(schema["name"]) for kind, schema in readers.items()}
+        self._checks: dict[RecordKind, Check] = {
+            kind: self.bounds.checker(name) for kind, name in self._record_names.items()
+        }
 
     @classmethod
     def from_directory(
@@ -118,11 +129,16 @@ class Codec:
         writer_versions: Mapping[RecordKind, int] | None = None,
         reader_versions: Mapping[RecordKind, int] | None = None,
     ) -> "Codec":
-        """A codec of every ``<kind>.v<N>.avsc`` in ``directory`` (default: kafkron's schemas).
+        """A codec of every ``<kind>.v<N>.avsc`` in ``directory`` (default: kafkron's schemas),
+        with the bounds of its ``bounds.json`` (kafkron's own must have one).
 
         Every kind must have at least one version, so a packaging mistake fails at start-up.
         """
         paths = schema_paths() if directory is None else sorted(directory.glob("*.avsc"))
+        bounds_path = (directory or SCHEMA_DIR) / BOUNDS_FILE
+        bounds = None
+        if directory is None or bounds_path.exists():
+            bounds = _load_json(bounds_path)
         schemas: dict[RecordKind, dict[int, Mapping[str, Any]]] = {}
         for path in paths:
             kind, version = _kind_and_version(path)
@@ -133,7 +149,15 @@ class Codec:
                 f"no schema file for {', '.join(missing)} in {directory or 'the schemas package'};"
                 " expected files named <kind>.v<N>.avsc (is the package data installed?)"
             )
-        return cls(schemas, writer_versions=writer_versions, reader_versions=reader_versions)
+        try:
+            return cls(
+                schemas,
+                writer_versions=writer_versions,
+                reader_versions=reader_versions,
+                bounds=bounds,
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{bounds_path}: {exc}") from None
 
     def writer_version(self, kind: RecordKind) -> int:
         """The schema version ``encode`` writes for ``kind``."""
@@ -168,10 +192,12 @@ class Codec:
             ) from exc
         return buf.getvalue()
 
-    def decode(self, kind: RecordKind, data: bytes) -> dict[str, Any]:
+    def decode(self, kind: RecordKind, data: bytes, *, check: bool = True) -> dict[str, Any]:
         """The record of ``kind`` in ``data``, resolved to the current reader schema.
 
-        Raises ``DecodeError`` (and nothing else) when ``data`` is not such a record.
+        Raises ``DecodeError`` (and nothing else) when ``data`` is not such a record, and its
+        subclass ``InvalidRecordError`` when the record breaks a bound (unless not ``check``:
+        for code that compares decoders, never for a consumer).
         """
         writer = self._writer_schema_of(data)
         if writer.kind != kind:
@@ -179,12 +205,28 @@ class Codec:
                 f"expected a {kind} record but the fingerprint is of "
                 f"{writer.label}: the record is on the wrong topic or its producer is misrouted"
             )
-        return _read_body(writer, data)
+        record = _read_body(writer, data)
+        if check:
+            self.check(kind, record)
+        return record
 
     def decode_any(self, data: bytes) -> tuple[RecordKind, dict[str, Any]]:
         """The kind and record in ``data``, whatever its kind; raises only ``DecodeError``."""
         writer = self._writer_schema_of(data)
-        return writer.kind, _read_body(writer, data)
+        record = _read_body(writer, data)
+        self.check(writer.kind, record)
+        return writer.kind, record
+
+    def check(self, kind: RecordKind, record: Mapping[str, Any]) -> None:
+        """Raise ``InvalidRecordError`` when the decoded ``record`` breaks a bound of ``kind``."""
+        reason = self._checks[kind](record)
+        if reason is not None:
+            raise InvalidRecordError(reason)
+
+    def record_name(self, kind: RecordKind) -> str:
+        """The full Avro name of ``kind``'s reader schema (``kafkron.Job``), as bounds name it."""
+        self._writer_of(kind)  # the error naming the known kinds
+        return self._record_names[kind]
 
     def _writer_of(self, kind: RecordKind) -> _Writer:
         try:

@@ -39,6 +39,15 @@ class DecodeError(KafkronError):
     """Bytes could not be decoded into a kafkron record (garbage, unknown schema, bad field)."""
 
 
+class InvalidRecordError(DecodeError):
+    """A record decoded but breaks a semantic bound of ``schemas/bounds.json`` (a negative
+    attempt, an id too long, two schedule kinds, a key that is not its job id, ...).
+
+    A subclass of :class:`DecodeError`: every consumer treats it as unusable input, dead-lettered
+    with the reason and never acted on.
+    """
+
+
 class KafkaDeliveryError(KafkronError):
     """A produce, flush, commit or transaction step failed at the broker."""
 

@@ -22,8 +22,9 @@ import struct
 from typing import Any
 
 from streams.avro_binary import read_long
+from streams.bounds import Check
 from streams.codec import HEADER_LEN, Codec, RecordKind
-from streams.exceptions import DecodeError
+from streams.exceptions import DecodeError, InvalidRecordError
 
 _STATUS = ("SCHEDULED", "PAUSED", "CANCELLED", "COMPLETED")
 _PRIORITY = ("HIGH", "NORMAL", "LOW")
@@ -202,6 +203,23 @@ def _last_two_longs_start(data: bytes) -> int:
     return pos + 1
 
 
+# Fields per record (the rest is a cached body's), and the schedule kinds with them so that
+# the one-schedule-kind rule is checked per record.
+_RECORD_FIELDS = (
+    "job_id", "version", "run_at_ms", "created_at_ms", "updated_at_ms", "cron", "depends_on"
+)  # fmt: skip
+_BODY_FIELDS = (
+    "status", "handler", "payload", "cron", "depends_on", "priority", "timeout_ms", "retry",
+    "overlap", "catchup", "catchup_window_ms", "jitter_ms", "tenant", "labels",
+    "manual_fire_at_ms", "idempotency_key", "request_hash",
+)  # fmt: skip
+
+
+def _raise_if_invalid(reason: str | None) -> None:
+    if reason is not None:
+        raise InvalidRecordError(reason)
+
+
 class JobReader:
     """Decodes Job records like ``codec.decode(RecordKind.JOB, data)``, faster (see module)."""
 
@@ -216,17 +234,25 @@ class JobReader:
         self._last_stamps: bytes | None = None
         self._last_stamp_values = (0, 0)
         self.enabled = self._resolution_free() and self._proven()
+        # The bounds (schemas/bounds.json) of the fields a cached body holds are checked when
+        # the body is parsed, the rest per record.
+        name = codec.record_name(RecordKind.JOB)
+        self._check_body: Check | None = codec.bounds.checker(name, fields=_BODY_FIELDS)
+        self._check_record: Check | None = codec.bounds.checker(name, fields=_RECORD_FIELDS)
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        """The Job in ``data``; raises :class:`DecodeError` when it is not one."""
+        """The Job in ``data``; raises :class:`DecodeError` when it is not one, and its
+        subclass :class:`InvalidRecordError` when it breaks a bound (``schemas/bounds.json``)."""
         if self.enabled and data[2:HEADER_LEN] == self._fingerprint and data[:2] == b"\xc3\x01":
             try:
-                return self._read(data)
+                return self._read(data, self._check_body, self._check_record)
             except (IndexError, ValueError, struct.error):
                 pass  # the codec names what is wrong with it
         return self._codec.decode(RecordKind.JOB, data)
 
-    def _read(self, data: bytes) -> dict[str, Any]:
+    def _read(
+        self, data: bytes, check_body: Check | None = None, check_record: Check | None = None
+    ) -> dict[str, Any]:
         job_id, pos = _text(data, HEADER_LEN)
         version, pos = read_long(data, pos)  # ingest versions creates by their microsecond
         split = _last_two_longs_start(data)
@@ -238,6 +264,8 @@ class JobReader:
         body = self._bodies.get(body_key)
         if body is None:
             body, parsed_run_at, end = self._body(data, pos, split)
+            if check_body is not None:
+                _raise_if_invalid(check_body(body))
             # Cache only bytes known to parse to exactly these fields (see the module doc).
             if (
                 end == split
@@ -267,6 +295,8 @@ class JobReader:
         job["depends_on"] = list(job["depends_on"])
         job["retry"] = dict(job["retry"])
         job["labels"] = dict(job["labels"])
+        if check_record is not None:
+            _raise_if_invalid(check_record(job))
         return job
 
     def _body(
@@ -317,7 +347,7 @@ class JobReader:
             for probe in _probes():
                 data = self._codec.encode(RecordKind.JOB, probe)
                 for _ in range(3):  # the second and third reads come from the caches
-                    if self._read(data) != self._codec.decode(RecordKind.JOB, data):
+                    if self._read(data) != self._codec.decode(RecordKind.JOB, data, check=False):
                         return False
         except (DecodeError, IndexError, ValueError, KeyError, struct.error):
             return False

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from streams.avro_binary import MAX_READ_LONG_BYTES, read_long
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import DecodeError
+from streams.exceptions import DecodeError, InvalidRecordError
 from streams.records import ExecutionStatus, Trigger
 from streams.result_probes import result_probes
 
@@ -126,15 +126,32 @@ class ResultReader:
         self._head_sizes: list[int] = []
         self.enabled = self._resolution_free() and self._proven()
         self._served_header = self._header if self.enabled else None
+        # The bounds (schemas/bounds.json) of the fields read, which are all the timer acts
+        # on: a result breaking a bound of another field still settles its execution.
+        self._check = codec.bounds.checker(
+            codec.record_name(RecordKind.EXECUTION_RESULT),
+            fields=("job_id", "scheduled_for_ms"),
+            attribute=True,
+        )
 
     def read(self, data: bytes) -> ResultFields:
-        """The fields of the ExecutionResult in ``data``; raises :class:`DecodeError` if not one."""
+        """The fields of the ExecutionResult in ``data``; raises :class:`DecodeError` if not one,
+        and its subclass :class:`InvalidRecordError` when one of those fields breaks its bound."""
         if data[:HEADER_LEN] == self._served_header:
             try:
-                return self._read_common(data) or self._read(data)
+                fields = self._read_common(data) or self._read(data)
             except (IndexError, ValueError):
                 pass  # the codec names what is wrong with it
-        return fields_of(self._codec.decode(RecordKind.EXECUTION_RESULT, data))
+            else:
+                return self._checked(fields)
+        record = self._codec.decode(RecordKind.EXECUTION_RESULT, data, check=False)
+        return self._checked(fields_of(record))
+
+    def _checked(self, fields: ResultFields) -> ResultFields:
+        reason = self._check(fields)
+        if reason is not None:
+            raise InvalidRecordError(reason)
+        return fields
 
     def _read_common(self, data: bytes) -> ResultFields | None:
         """The fields of a result of the common shape, else None (see :data:`_AFTER_IDS`).
@@ -226,7 +243,7 @@ class ResultReader:
         try:
             for probe in _probes():
                 data = self._codec.encode(RecordKind.EXECUTION_RESULT, probe)
-                expected = self._codec.decode(RecordKind.EXECUTION_RESULT, data)
+                expected = self._codec.decode(RecordKind.EXECUTION_RESULT, data, check=False)
                 fields = fields_of(expected)
                 common = self._read_common(data)
                 if expected != probe or self._read(data) != fields or common not in (None, fields):

@@ -29,11 +29,14 @@ similar record (the cached runs).
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from streams.avro_binary import avro_long, avro_string
+from streams.bounds import Check
 from streams.codec import HEADER_LEN, Codec, RecordKind
+from streams.exceptions import InvalidRecordError
 from streams.records import Trigger
 from streams.topics import Priority
 
@@ -54,6 +57,9 @@ _TIMEOUT_TO_TRIGGER = re.compile(
 )
 _ONE_LONG = re.compile(_VARINT, re.DOTALL)
 _CACHED_RUNS = 4
+_DOUBLE = struct.Struct("<d").unpack_from
+# The bounded fields a DueView holds, checked per record.
+_VIEW_FIELDS = ("execution_id", "job_id", "scheduled_for_ms", "fire_at_ms", "attempt", "timeout_ms")
 
 # The bytes of job_version .. attempt; their raw job_version, scheduled_for_ms and attempt,
 # and the values of scheduled_for_ms, attempt and fire_at_ms.
@@ -125,26 +131,49 @@ class DueReader:
         self._header = b"\xc3\x01" + codec.writer_fingerprint(RecordKind.DUE_EVENT)
         self._priority_of = {p.value: p for p in Priority}
         self._trigger_of = {symbol: i for i, symbol in enumerate(TRIGGERS)}
+        self._reset_runs()
+        # The bounds of schemas/bounds.json: of the view's fields per record, of the other
+        # fields when their run of bytes is parsed (a cached run was checked then). A record
+        # that breaks one goes to the codec, which raises InvalidRecordError with the reason.
+        name = codec.record_name(RecordKind.DUE_EVENT)
+        self._check_view = codec.bounds.checker(name, fields=_VIEW_FIELDS, attribute=True)
+        self._check_run: Check | None = None
+        self._check_version: Check | None = None
+        self._check_emitted: Check | None = None
+        self.fast = True
+        self.fast = all(self._agrees(r) for r in probe_records())
+        self._check_run = codec.bounds.checker(name, fields=("handler", "retry", "tenant"))
+        self._check_version = codec.bounds.checker(name, fields=("job_version",))
+        self._check_emitted = codec.bounds.checker(name, fields=("emitted_at_ms",))
+        self._reset_runs()
+
+    def read(self, value: bytes) -> DueView:
+        """The view of one DueEvent; raises :class:`DecodeError` when it is not one, and its
+        subclass :class:`InvalidRecordError` when it breaks a bound (``schemas/bounds.json``)."""
+        if self.fast and value.startswith(self._header):
+            try:
+                view = self._parse(value)
+            except (_NotFastError, IndexError, UnicodeDecodeError, ValueError, OverflowError):
+                pass  # the codec decides: a record it reads, or its DecodeError
+            else:
+                reason = self._check_view(view)
+                if reason is not None:
+                    raise InvalidRecordError(reason)
+                return view
+        return self.from_record(self._codec.decode(RecordKind.DUE_EVENT, value), value)
+
+    def _reset_runs(self) -> None:
+        """Forget the runs parsed (the probes' are unchecked)."""
         # The last runs of fields parsed (their bytes and values): consecutive DueEvents
         # mostly repeat them (one instant's fires; one job kind's handler through tenant).
         self._last_longs: _Longs | None = None
-        # emitted_at_ms and the empty history, and the raw emitted_at_ms (0 to begin with)
-        self._last_end = (b"\x00\x00", b"\x00")
+        # emitted_at_ms and the empty history, and the raw emitted_at_ms (never matched
+        # until a record's end was read and checked)
+        self._last_end = (b"", b"")
         self._runs: list[tuple[bytes, _RunFields]] = []
         # The bytes after the ids of the last record parsed in full and the view's fields
         # they hold (scheduled_for_ms on); empty until then (a record never has an empty one).
         self._last_tail: tuple[bytes, tuple[Any, ...]] = (b"", ())
-        self.fast = True
-        self.fast = all(self._agrees(r) for r in probe_records())
-
-    def read(self, value: bytes) -> DueView:
-        """The view of one DueEvent; raises :class:`DecodeError` when it is not one."""
-        if self.fast and value.startswith(self._header):
-            try:
-                return self._parse(value)
-            except (_NotFastError, IndexError, UnicodeDecodeError, ValueError, OverflowError):
-                pass  # the codec decides: a record it reads, or its DecodeError
-        return self.from_record(self._codec.decode(RecordKind.DUE_EVENT, value), value)
 
     def from_record(self, record: dict[str, Any], value: bytes) -> DueView:
         """The view of a decoded DueEvent record (a writer schema the fast parser lacks)."""
@@ -169,6 +198,12 @@ class DueReader:
             avro_long(record["emitted_at_ms"]),
             record,
         )
+
+    def key_reason(self, key: bytes | None, view: DueView) -> str:
+        """Why ``key`` cannot be the Kafka key of ``view``'s record (it is not its job id)."""
+        name = self._codec.record_name(RecordKind.DUE_EVENT)
+        reason = self._codec.bounds.key_reason(name, key, {"job_id": view.job_id})
+        return reason or f"record key {key!r} is not its job id"
 
     def record(self, view: DueView) -> dict[str, Any]:
         """Every field of the view's DueEvent, as ``Codec.decode`` returns it."""
@@ -248,6 +283,10 @@ class DueReader:
         if emitted is None or emitted.end() != len(data) - 1 or data[-1] != 0:
             raise _NotFastError
         raw_emitted = emitted.group(1)
+        if self._check_emitted is not None and self._check_emitted(
+            {"emitted_at_ms": decode_long(raw_emitted)}
+        ):
+            raise _NotFastError  # the codec raises InvalidRecordError with the reason
         self._last_end = (data[pos:], raw_emitted)
         return raw_emitted
 
@@ -257,6 +296,10 @@ class DueReader:
         if longs is None:
             raise _NotFastError
         raw_version, raw_scheduled, raw_fire_at, raw_attempt = longs.groups()
+        if self._check_version is not None and self._check_version(
+            {"job_version": decode_long(raw_version)}
+        ):
+            raise _NotFastError  # the codec raises InvalidRecordError with the reason
         # The run differs from the last one, mostly by job_version alone (one instant's
         # jobs): values of raw bytes seen last are taken over, not decoded again.
         last = self._last_longs
@@ -305,9 +348,23 @@ class DueReader:
         length, pos = _length(data, tail.end())
         start = pos
         pos += length
-        data[start:pos].decode()  # tenant: only validated
+        tenant = data[start:pos].decode()  # validated (and checked against its bounds)
         if pos > len(data):
             raise _NotFastError  # truncated: a slice would not tell
+        if self._check_run is not None and self._check_run(
+            {
+                "handler": handler.decode(),
+                "retry": {
+                    "max_attempts": decode_long(tail.group(3)),
+                    "initial_backoff_ms": decode_long(tail.group(4)),
+                    "multiplier": _DOUBLE(data, tail.end(4))[0],
+                    "max_backoff_ms": decode_long(tail.group(5)),
+                    "jitter_ratio": _DOUBLE(data, tail.end(5))[0],
+                },
+                "tenant": tenant,
+            }
+        ):
+            raise _NotFastError  # the codec raises InvalidRecordError with the reason
         fields = (
             handler,
             payload,
@@ -320,7 +377,9 @@ class DueReader:
 
     def _agrees(self, record: Mapping[str, Any]) -> bool:
         value = self._codec.encode(RecordKind.DUE_EVENT, record)
-        expected = self.from_record(self._codec.decode(RecordKind.DUE_EVENT, value), value)
+        expected = self.from_record(
+            self._codec.decode(RecordKind.DUE_EVENT, value, check=False), value
+        )
         try:
             return self._parse(value) == expected._replace(record=None)
         except (_NotFastError, IndexError, UnicodeDecodeError):

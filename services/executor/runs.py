@@ -60,7 +60,7 @@ from services.executor.runner import (
 from services.executor.stats import ExecutorStats
 from services.executor.sync_pool import SyncHandlerPool
 from streams.codec import Codec, RecordKind
-from streams.exceptions import DecodeError
+from streams.exceptions import DecodeError, InvalidRecordError
 from streams.kafka.errors import KafkaOperationError
 from streams.kafka.producer import TransactionalProducer
 from streams.records import Trigger
@@ -211,7 +211,10 @@ class RecordRunner:
             try:
                 if value is None:
                     raise DecodeError("a null value (tombstone) on a due topic")
-                views.append(read(value))
+                view = read(value)
+                if message.key() != view.key:
+                    raise InvalidRecordError(self._reader.key_reason(message.key(), view))
+                views.append(view)
             except DecodeError:
                 if not views:  # the first: alone, dead-lettered
                     return 1, self._start_one(first, task, tp, token)
@@ -264,6 +267,8 @@ class RecordRunner:
             if value is None:
                 raise DecodeError("a null value (tombstone) on a due topic")
             view = self._reader.read(value)
+            if message.key() != view.key:
+                raise InvalidRecordError(self._reader.key_reason(message.key(), view))
         except DecodeError as exc:
             self._undecodable(tp, offset, message.key(), value, str(exc))
             return None
@@ -475,7 +480,7 @@ class RecordRunner:
     def _undecodable(
         self, tp: TP, offset: int, key: bytes | None, value: bytes | None, reason: str
     ) -> None:
-        log.warning("%s[%d]@%d is not a DueEvent, dead-lettered: %s", *tp, offset, reason)
+        log.warning("%s[%d]@%d dead-lettered, not a usable DueEvent: %s", *tp, offset, reason)
         record = undecodable_dead_letter(reason, *tp, offset, key, value, now_ms())
         self._produce(self._dlq, None, self._encode(RecordKind.DEAD_LETTER, record))
         self._stats.undecodable += 1

@@ -29,6 +29,7 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from services.ingest.exceptions import ViewInUseError
 from streams.codec import Codec, RecordKind
+from streams.exceptions import InvalidRecordError
 from streams.job_reader import JobReader
 from streams.records import ExecutionStatus
 
@@ -200,6 +201,9 @@ class ViewBatch:
                     self._pending[prefix + key] = None
             return
         record = self._store.job_reader.decode(value)
+        reason = self._codec.bounds.key_reason(self._codec.record_name(RecordKind.JOB), key, record)
+        if reason is not None:
+            raise InvalidRecordError(reason)  # the timer dead-letters it: never a job
         job_key = _JOB + record["job_id"].encode()
         stored = self._get(job_key)
         if stored is not None and _U64.unpack(stored[:8])[0] >= record["version"]:

@@ -12,6 +12,7 @@ A run of records sharing one scope goes through :func:`apply_input` each (a run 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from services.timer.commands import apply_job
@@ -22,6 +23,8 @@ from services.timer.scope import Scope
 from streams.codec import RecordKind
 from streams.exceptions import DecodeError, ScheduleError
 from streams.processing import InputRecord
+
+log = logging.getLogger(__name__)
 
 
 def handle_input(
@@ -104,7 +107,12 @@ def dead_letter(
     key: bytes | None,
     value: bytes | None,
 ) -> None:
-    """Emit an UNDECODABLE dead letter carrying the raw record and where it came from."""
+    """Emit an UNDECODABLE dead letter carrying the raw record and where it came from; log
+    it once (never its value) and count it."""
+    log.warning(
+        "%s[%d]@%s dead-lettered, not a usable record: %s", topic, partition, offset, reason
+    )
+    scope.env.dead_letters[topic] += 1
     record = {
         "kind": "UNDECODABLE",
         "reason": reason,

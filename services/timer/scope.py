@@ -8,6 +8,7 @@ built per input record or punctuation.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -77,6 +78,8 @@ class TimerEnv:
     # Reads the fields the timer uses of an ExecutionResult ~3x cheaper than the codec (two
     # results per execution); None: the codec.
     result_reader: ResultReader | None = None
+    # Input records dead-lettered (undecodable, or breaking a bound), by source topic.
+    dead_letters: Counter[str] = field(default_factory=Counter)
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""

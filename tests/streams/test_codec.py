@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from schemas import SCHEMA_DIR
 from streams.codec import HEADER_LEN, Codec, RecordKind, schema_fingerprint
-from streams.exceptions import ConfigurationError, DecodeError, EncodeError, KafkronError
+from streams.exceptions import (
+    ConfigurationError,
+    DecodeError,
+    EncodeError,
+    InvalidRecordError,
+    KafkronError,
+)
+from tests.streams.codec_testkit import codec_without_bounds
 
 
 def load_schema(kind: RecordKind, version: int = 1) -> dict[str, Any]:
@@ -98,7 +105,7 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
             "end_ms": None,
             "fold_policy": "EVERY",
         },
-        "depends_on": ["ingest.a", "ingest.b"],
+        "depends_on": [],  # a job has one schedule kind (bounds.json): cron here
         "priority": "HIGH",
         "timeout_ms": 1,
         "retry": RETRY,
@@ -158,6 +165,7 @@ MINIMAL_DUE = {
 }
 
 CODEC = Codec.from_directory()
+SHAPE_CODEC = codec_without_bounds()  # every Avro value, whatever bounds.json says
 
 
 def test_samples_set_every_field_of_their_schema() -> None:
@@ -167,9 +175,21 @@ def test_samples_set_every_field_of_their_schema() -> None:
 
 @pytest.mark.parametrize("kind", list(RecordKind))
 def test_round_trip_of_every_kind(kind: RecordKind) -> None:
-    data = CODEC.encode(kind, SAMPLES[kind])
-    assert CODEC.decode(kind, data) == SAMPLES[kind]
-    assert CODEC.decode_any(data) == (kind, SAMPLES[kind])
+    data = SHAPE_CODEC.encode(kind, SAMPLES[kind])
+    assert SHAPE_CODEC.decode(kind, data) == SAMPLES[kind]
+    assert SHAPE_CODEC.decode_any(data) == (kind, SAMPLES[kind])
+    assert CODEC.decode(kind, data, check=False) == SAMPLES[kind]
+
+
+def test_decode_checks_the_bounds_of_every_kind_and_names_the_field() -> None:
+    """The samples' extreme values keep their Avro types but break bounds.json."""
+    data = CODEC.encode(RecordKind.DUE_EVENT, DUE)
+    with pytest.raises(InvalidRecordError, match=r"^DueEvent\.fire_at_ms is -1, below"):
+        CODEC.decode(RecordKind.DUE_EVENT, data)
+    with pytest.raises(InvalidRecordError, match=r"DueEvent\.fire_at_ms"):
+        CODEC.decode_any(CODEC.encode(RecordKind.RETRY_REQUEST, SAMPLES[RecordKind.RETRY_REQUEST]))
+    valid = {**DUE, "fire_at_ms": 1_700_000_000_000, "attempt": 2}
+    assert CODEC.decode(RecordKind.DUE_EVENT, CODEC.encode(RecordKind.DUE_EVENT, valid)) == valid
 
 
 def test_encode_fills_schema_defaults_with_decoded_types() -> None:

@@ -311,7 +311,7 @@ MODEL_SAMPLES: dict[RecordKind, AvroRecord] = {
         version=4,
         handler="reports.nightly",
         cron=CronSchedule(expression="*/5 * * * *", timezone="Europe/Paris"),
-        depends_on=["a"],
+        depends_on=[],  # one schedule kind (bounds.json): the cron
         labels={"k": "v"},
         retry=RETRY,
         created_at_ms=1,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from services.executor.result_bytes import ResultEncoder
 from streams.avro_binary import avro_long, avro_string
 from streams.codec import HEADER_LEN, Codec, RecordKind
-from streams.exceptions import DecodeError
+from streams.exceptions import DecodeError, InvalidRecordError
 from streams.records import ExecutionStatus, Job, Trigger
 from streams.result_reader import ResultFields, ResultReader, fields_of
 from tests.streams.codec_testkit import assert_refused_as_the_codec_refuses, codec_resolving
@@ -66,12 +66,21 @@ common_results = st.fixed_dictionaries(
 )
 
 
+# The reader checks the bounds of the fields it reads (the timer acts on no other).
+_CHECK_READ_FIELDS = CODEC.bounds.checker(
+    "kafkron.ExecutionResult", fields=("job_id", "scheduled_for_ms"), attribute=True
+)
+
+
 def _codec_fields(data: bytes) -> ResultFields | str:
-    """What the codec makes of ``data``: its fields, or the message of its DecodeError."""
+    """What the codec makes of ``data``: its fields, or the message of its DecodeError, or
+    the reason one of those fields breaks its bound."""
     try:
-        return fields_of(CODEC.decode(RecordKind.EXECUTION_RESULT, data))
+        fields = fields_of(CODEC.decode(RecordKind.EXECUTION_RESULT, data, check=False))
     except DecodeError as exc:
         return f"DecodeError: {exc}"
+    reason = _CHECK_READ_FIELDS(fields)
+    return fields if reason is None else f"DecodeError: {reason}"
 
 
 def _reader_fields(reader: ResultReader, data: bytes) -> ResultFields | str:
@@ -93,8 +102,9 @@ def test_reads_exactly_what_the_codec_decodes(
     for item in [record, *others, record]:  # the repeat reads its tick from the cache
         data = CODEC.encode(RecordKind.EXECUTION_RESULT, item)
         expected = ResultFields(item["job_id"], item["scheduled_for_ms"], item["status"])
-        assert READER.read(data) == fields_of(CODEC.decode(RecordKind.EXECUTION_RESULT, data))
-        assert READER.read(data) == expected
+        assert _reader_fields(READER, data) == _codec_fields(data)
+        if _CHECK_READ_FIELDS(expected) is None:
+            assert READER.read(data) == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -102,9 +112,11 @@ def test_reads_exactly_what_the_codec_decodes(
 def test_the_common_shape_is_read_by_the_fast_path(record: dict[str, Any]) -> None:
     """Ids under 64 bytes, no reason or error: read without the field-by-field walk."""
     data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
+    unchecked = fields_of(CODEC.decode(RecordKind.EXECUTION_RESULT, data, check=False))
     if len(record["execution_id"].encode()) < 64 and len(record["job_id"].encode()) < 64:
-        assert READER._read_common(data) == _codec_fields(data)
-    assert READER._read(data) == _codec_fields(data)
+        assert READER._read_common(data) == unchecked
+    assert READER._read(data) == unchecked
+    assert _reader_fields(READER, data) == _codec_fields(data)
 
 
 @settings(max_examples=100, deadline=None)
@@ -228,7 +240,23 @@ def test_ten_byte_varints_go_to_the_codec_and_read_the_same() -> None:
     assert READER._read_common(data) is None
     with pytest.raises(ValueError):
         READER._read(data)
-    assert READER.read(data) == ResultFields("job-1", -(2**63), "SUCCEEDED")
+    with pytest.raises(InvalidRecordError, match="scheduled_for_ms is -9223372036854775808"):
+        READER.read(data)  # read by the codec, and out of bounds
+    later = {**record, "scheduled_for_ms": 2**62}
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, later)
+    assert READER._read_common(data) is None
+    assert (
+        _reader_fields(READER, data)
+        == _codec_fields(data)
+        == (
+            "DecodeError: ExecutionResult.scheduled_for_ms is 4611686018427387904, above its"
+            " maximum 253402300799999"
+        )
+    )
+    fine = {**_succeeded(), "job_version": 2**63 - 1}
+    data = CODEC.encode(RecordKind.EXECUTION_RESULT, fine)
+    assert READER._read_common(data) is None  # a 10-byte job_version
+    assert READER.read(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
 
 
 def test_a_record_of_another_kind_is_refused_like_the_codec_does() -> None:

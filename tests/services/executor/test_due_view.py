@@ -18,14 +18,18 @@ from services.executor.runner import RunOutcome, RunStatus
 from services.executor.runs import succeeded_entry
 from streams.avro_binary import avro_long
 from streams.codec import Codec, RecordKind
-from streams.exceptions import DecodeError
+from streams.exceptions import DecodeError, InvalidRecordError
 from streams.records import ExecutionStatus, Trigger
 from streams.topics import Priority
+from tests.streams.codec_testkit import INVALID, checked, codec_without_bounds
 
 from .test_service_kit import due_event
 
-CODEC = Codec.from_directory()
+# The shape of records over every Avro value: no bounds (tests at the end check those).
+CODEC = codec_without_bounds()
 READER = DueReader(CODEC)
+CHECKED_CODEC = Codec.from_directory()
+CHECKED_READER = DueReader(CHECKED_CODEC)
 WORKER = "executor-wörker-1"
 ENCODER = ResultEncoder(CODEC, WORKER)
 
@@ -289,3 +293,61 @@ def test_the_clock_encodes_each_millisecond_once() -> None:
     assert raw == avro_long(clock.ms) and decode_long(raw) == clock.ms
     again = clock.now()
     assert again is raw or clock.ms > decode_long(raw)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(due_events(st.just([]) | st.lists(attempt_outcomes, max_size=2)), max_size=4)
+)
+def test_the_reader_refuses_exactly_what_breaks_the_codecs_bounds(
+    events: list[dict[str, Any]],
+) -> None:
+    """Hostile but well-formed DueEvents (every Avro value, often out of bounds): the fast
+    reader, with its cached runs of fields, refuses exactly the records the codec refuses."""
+    for event in [*events, *events]:
+        value = CHECKED_CODEC.encode(RecordKind.DUE_EVENT, event)
+        expected = checked(CHECKED_CODEC.decode, RecordKind.DUE_EVENT, value)
+        view = checked(CHECKED_READER.read, value)
+        assert (view == INVALID) == (expected == INVALID)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("attempt", -1, "DueEvent.attempt is -1, below its minimum 1"),
+        ("attempt", 0, "DueEvent.attempt is 0, below its minimum 1"),
+        ("execution_id", "", "DueEvent.execution_id is empty"),
+        (
+            "execution_id",
+            "x" * 70_000,
+            "DueEvent.execution_id has 70000 bytes, more than its maximum 1100",
+        ),
+        ("job_version", -1, "DueEvent.job_version is -1, below its minimum 0"),
+        (
+            "fire_at_ms",
+            2**62,
+            "DueEvent.fire_at_ms is 4611686018427387904, above its maximum 253402300799999",
+        ),
+        ("tenant", "", "DueEvent.tenant is empty"),
+        ("emitted_at_ms", -5, "DueEvent.emitted_at_ms is -5, below its minimum 0"),
+    ],
+)
+def test_an_out_of_bounds_due_event_is_refused_with_the_reason(
+    field: str, value: Any, reason: str
+) -> None:
+    reader = DueReader(CHECKED_CODEC)
+    good = due_event("bounded")
+    assert reader.read(CHECKED_CODEC.encode(RecordKind.DUE_EVENT, good)).job_id == "bounded"
+    bad = CHECKED_CODEC.encode(RecordKind.DUE_EVENT, {**good, field: value})
+    with pytest.raises(InvalidRecordError) as raised:
+        reader.read(bad)
+    assert str(raised.value) == reason
+
+
+def test_a_bad_retry_policy_is_refused_though_its_run_of_fields_differs_only_there() -> None:
+    reader = DueReader(CHECKED_CODEC)
+    good = due_event("policy")
+    assert reader.read(CHECKED_CODEC.encode(RecordKind.DUE_EVENT, good))
+    nan = {**good, "retry": {**good["retry"], "multiplier": float("nan")}}
+    with pytest.raises(InvalidRecordError, match=r"RetryPolicy.multiplier is NaN"):
+        reader.read(CHECKED_CODEC.encode(RecordKind.DUE_EVENT, nan))

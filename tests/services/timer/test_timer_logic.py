@@ -509,9 +509,21 @@ def test_manual_trigger_of_a_running_one_off_obeys_overlap() -> None:
 
 def test_dependent_jobs_are_not_fired_by_the_timer() -> None:
     timer = Timer()
-    timer.submit(one_off("d", T0 + 1_000, depends_on=["up"]), T0)
+    timer.submit(bump(one_off("d", T0 + 1_000), run_at_ms=None, depends_on=["up"]), T0)
     timer.run(T0, T0 + 5_000, 100)
     assert timer.out == [] and timer.wheel.data == {}
+
+
+def test_a_job_with_two_schedule_kinds_is_dead_lettered_not_fired() -> None:
+    timer = Timer()
+    timer.submit(one_off("d", T0 + 1_000, depends_on=["up"]), T0)
+    timer.run(T0, T0 + 5_000, 100)
+    [(topic, key, value)] = timer.out
+    dead = CODEC.decode(RecordKind.DEAD_LETTER, value)
+    assert topic == "k.dlq" and key is None and timer.wheel.data == {}
+    assert dead["reason"] == (
+        "Job must have exactly one of run_at_ms, cron, depends_on (it has run_at_ms, depends_on)"
+    )
 
 
 def test_tombstone_deletes_the_job_and_its_pending_fires() -> None:
