@@ -46,6 +46,7 @@ from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import (
     JOB_ID_PATTERN,
+    MAX_EPOCH_MS,
     MAX_PAYLOAD_DEPTH,
     JobCreate,
     check_limits,
@@ -59,7 +60,6 @@ log = logging.getLogger(__name__)
 
 _VARYING_REQUEST_FIELDS = frozenset({"job_id", "run_at", "payload", "payload_b64"})
 _MAX_SHAPES = 1024
-_MAX_EPOCH_MS = 253_402_300_799_999
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES: frozenset[type] = frozenset(_SCALARS)
@@ -356,7 +356,7 @@ class BulkJobBuilder:
                     return None
             if (
                 type(run_at) is not int
-                or not now_ms - self._grace_ms <= run_at <= _MAX_EPOCH_MS
+                or not now_ms - self._grace_ms <= run_at <= MAX_EPOCH_MS
                 or run_at < 0
             ):
                 return None

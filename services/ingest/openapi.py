@@ -3,6 +3,10 @@
 They are not FastAPI routes (see that module for why), so FastAPI does not document them;
 this adds their paths, and the schemas of their bodies from the pydantic models that
 validate them (``JobCreate``) or describe them (``JobBatch``, ``BatchAnswer``).
+
+FastAPI documents its own routes with 200 and 422 only; this adds the answers of the API's
+exception handlers (404, 409, 503) to the routes that give them, so that the spec lists
+every status a client can get.
 """
 
 from __future__ import annotations
@@ -38,6 +42,24 @@ def _message(description: str) -> dict[str, Any]:
 _TOO_LARGE = _message("The body is over its size limit (batch: over max_batch_items items)")
 _INVALID = _message("Validation error: detail lists {type, loc, msg, input}, loc naming the field")
 _RETRY = _message("Not written in time or the view is behind: retry (Retry-After)")
+_NOT_FOUND = _message("No job with this id is known: check the id, or retry if it is brand new")
+_CONFLICT = _message("The command contradicts the job's state (the detail says how)")
+_JOB_ID = "/api/jobs/{job_id}"
+_COMMAND_ERRORS = {"404": _NOT_FOUND, "409": _CONFLICT, "503": _RETRY}
+# The answers of the exception handlers (services.ingest.api), by FastAPI route.
+ROUTE_ERRORS: dict[tuple[str, str], dict[str, Any]] = {
+    (_JOB_ID, "get"): {"404": _NOT_FOUND, "503": _RETRY},
+    (_JOB_ID, "delete"): _COMMAND_ERRORS,
+    (f"{_JOB_ID}/trigger", "post"): _COMMAND_ERRORS,
+    (f"{_JOB_ID}/pause", "post"): _COMMAND_ERRORS,
+    (f"{_JOB_ID}/resume", "post"): _COMMAND_ERRORS,
+    ("/healthz", "get"): {
+        "503": {
+            "description": "Not ready: the body's checks say which failed",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+}
 
 PATHS: dict[str, Any] = {
     CREATE_PATH: {
@@ -92,13 +114,16 @@ PATHS: dict[str, Any] = {
 
 
 def document_creates(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """``app.openapi`` plus the create endpoints and their schemas."""
+    """``app.openapi`` plus the create endpoints, their schemas and the error answers."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
-            schema.setdefault("paths", {}).update(PATHS)
+            paths = schema.setdefault("paths", {})
+            for (path, method), responses in ROUTE_ERRORS.items():
+                paths[path][method]["responses"].update(responses)
+            paths.update(PATHS)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in _MODELS:
                 found = model.model_json_schema(ref_template="#/components/schemas/{model}")

@@ -50,11 +50,14 @@ MAX_LABELS = 64
 MAX_TIMEOUT_S = 7 * 86_400.0
 MAX_WINDOW_S = 366 * 86_400.0
 MAX_BACKOFF_S = 7 * 86_400.0
+MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 # How many levels of arrays and objects a JSON payload may nest ([[1]] is 2, a scalar 0).
 # Real payloads nest a handful; 64 leaves room for any of them and stays far below every
 # recursive step a payload goes through: pydantic's JsonValue gives up at 255 levels,
 # orjson writes 254, CPython's json and repr recurse up to the 1,000-frame limit.
 MAX_PAYLOAD_DEPTH = 64
+# Standard base64 (RFC 4648 section 4) with padding: what ``payload_b64`` takes.
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 Loc = tuple[str | int, ...]
 
@@ -78,7 +81,7 @@ def to_epoch_ms(value: Any) -> Any:
         return value
     if isinstance(value, str):
         try:
-            parsed = datetime.fromisoformat(value)
+            parsed = datetime.fromisoformat(value.upper())  # RFC 3339 allows 't' and 'z'
         except ValueError:
             raise ValueError(
                 f"{value!r} is not an ISO-8601 instant; use e.g. '2026-07-12T02:00:00Z' "
@@ -139,7 +142,22 @@ def _decode_b64(value: Any) -> Any:
         raise ValueError("not valid base64 (standard alphabet, with padding)") from None
 
 
-EpochMs = Annotated[int, BeforeValidator(to_epoch_ms), Field(ge=0, le=253_402_300_799_999)]
+# run_at, cron.start and cron.end: the JSON schema of what to_epoch_ms takes.
+_EPOCH_MS_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS},
+        {"type": "string", "format": "date-time"},
+    ],
+    "description": "Epoch milliseconds, or an ISO-8601 (RFC 3339) date-time with a zone "
+    "('2026-07-12T02:00:00Z', '2026-07-12T04:00:00+02:00'); no leap second (:60)",
+}
+
+EpochMs = Annotated[
+    int,
+    BeforeValidator(to_epoch_ms),
+    Field(ge=0, le=MAX_EPOCH_MS),
+    WithJsonSchema(_EPOCH_MS_SCHEMA),
+]
 # A JSON value (the default JsonValue, which recurses) whose depth is checked first.
 Payload = Annotated[
     JsonValue,
@@ -148,6 +166,20 @@ Payload = Annotated[
         {
             "description": "Any JSON value, nesting arrays and objects at most "
             f"{MAX_PAYLOAD_DEPTH} levels deep; stored as its UTF-8 JSON"
+        }
+    ),
+]
+Base64Bytes = Annotated[
+    bytes,
+    BeforeValidator(_decode_b64),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "byte",
+            "contentEncoding": "base64",
+            "pattern": BASE64_PATTERN,
+            "description": "Bytes in standard base64 (alphabet A-Z a-z 0-9 + /, with '=' "
+            "padding; not base64url)",
         }
     ),
 ]
@@ -199,13 +231,30 @@ class RetryRequest(_Request):
     jitter_ratio: float | None = Field(default=None, ge=0, le=1)
 
 
+def _given(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A JSON schema matching objects where ``name`` is present and not null (or, given
+    ``schema``, matches it)."""
+    return {"required": [name], "properties": {name: schema or {"not": {"type": "null"}}}}
+
+
+# The model validators' rules in JSON Schema, so that OpenAPI tools honour them: exactly one
+# schedule kind (a null one is not given), and never both payload forms.
+_MODEL_RULES: dict[str, Any] = {
+    "oneOf": [_given("run_at"), _given("cron"), _given("depends_on")],
+    "not": {"allOf": [_given("payload"), _given("payload_b64", {"type": "string"})]},
+}
+
+
 class JobCreate(_Request):
-    """A request to create a job: exactly one of ``run_at``, ``cron`` or ``depends_on``."""
+    """A request to create a job: exactly one of ``run_at``, ``cron`` or ``depends_on``
+    (present and not null), and at most one of ``payload`` and ``payload_b64``."""
+
+    model_config = ConfigDict(json_schema_extra=_MODEL_RULES)
 
     job_id: JobId | None = None
     handler: str = Field(max_length=HANDLER_NAME_MAX_LENGTH, pattern=HANDLER_NAME_PATTERN)
     payload: Payload = None
-    payload_b64: Annotated[bytes | None, BeforeValidator(_decode_b64)] = None
+    payload_b64: Base64Bytes | None = None
     run_at: EpochMs | None = None
     cron: CronRequest | None = None
     depends_on: list[JobId] | None = Field(default=None, min_length=1, max_length=MAX_DEPENDENCIES)
