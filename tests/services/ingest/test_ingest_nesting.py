@@ -26,6 +26,7 @@ from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import MAX_PAYLOAD_DEPTH, nests_deeper_than, parse_job_create
 from streams.admin import ensure_topics
+from streams.codec import Codec
 from streams.settings import KafkaSettings
 from tests.conftest import _delete_topics
 from tests.services.ingest.test_ingest_api import HOUR_MS, Http, now_ms, serving
@@ -111,6 +112,19 @@ def test_bulk_fast_path_takes_the_limit_and_defers_past_it(build: Any) -> None:
     assert _freeze(build(LIMIT)) == _freeze(build(LIMIT))
     with pytest.raises(TypeError):  # the shape key defers to pydantic too
         _freeze(build(LIMIT + 1))
+
+
+def test_submit_many_names_the_too_deep_payload_and_builds_the_others(tmp_path: Path) -> None:
+    kafka = KafkaSettings(bootstrap_servers="unused:1", state_dir=tmp_path)
+    builder = BulkJobBuilder(IngestSettings(kafka=kafka), Codec.from_directory())
+    run_at = now_ms() + HOUR_MS
+    payloads = [
+        build(d) for build in (nested_arrays, nested_objects) for d in (LIMIT, LIMIT + 1, 5000)
+    ]
+    requests = [{"handler": "a.b", "run_at": run_at, "payload": p} for p in payloads]
+    ids, records, errors = builder.build_all(requests, now_ms() * 1000)
+    assert len(ids) == len(records) == 2
+    assert [e["loc"] for e in errors] == [[i, "payload"] for i in (1, 2, 4, 5)]
 
 
 json_trees = st.recursive(
