@@ -18,6 +18,11 @@
   ``revoke_grace_s`` to finish, commit (never past a held or unfinished offset), drop the
   rest. **Lost**, or an **aborted transaction:** abort, cancel every run,
   rewind every owned partition to its last committed position.
+- **Failure:** an exception out of a record's processing (not a handler's error, which is
+  an outcome) or out of a commit ends the loop: nothing commits after it (a record that
+  raised may count as passed), every run is cancelled, the transaction is aborted, the
+  consumer leaves the group, and :meth:`ExecutorLoop.run` raises that exception. The next
+  owner reads every record since the last commit again.
 """
 
 from __future__ import annotations
@@ -40,11 +45,11 @@ from services.executor.consuming import Consuming
 from services.executor.deadlines import Deadlines
 from services.executor.handlers import HandlerRegistry
 from services.executor.holds import HeldRun, Holds
-from services.executor.lane_buffers import LaneBuffers
+from services.executor.lane_buffers import Buffered, LaneBuffers
 from services.executor.lanes import LANES
 from services.executor.offsets import OffsetTracker
 from services.executor.rebalance import RebalanceBridge
-from services.executor.runs import RecordRunner
+from services.executor.runs import RecordRunner, Rest, RunTask
 from services.executor.settings import ExecutorSettings
 from services.executor.stats import ExecutorStats
 from services.executor.sync_pool import SyncHandlerPool
@@ -61,6 +66,12 @@ ConsumeFuture = asyncio.Future[list[Message]]
 
 def _seek(position: TopicPartition, consumer: Consumer) -> None:
     consumer.seek(position)
+
+
+def _retrieve(task: RunTask) -> None:
+    """Mark a failed chain's exception retrieved: the loop raises it, asyncio need not log it."""
+    if not task.cancelled():
+        task.exception()
 
 
 class ExecutorLoop:
@@ -91,6 +102,8 @@ class ExecutorLoop:
         self._paused_lanes: frozenset[Priority] = frozenset()
         self._wake = asyncio.Event()  # bound to the running loop at its first wait
         self._probe: asyncio.Future[bool] | None = None  # Consuming.others_pending in flight
+        self._consume: ConsumeFuture | None = None  # the consume call in flight, if any
+        self._failure: BaseException | None = None  # what a record's processing raised
         self._next_probe_s = 0.0
 
     def start(self) -> None:
@@ -124,7 +137,7 @@ class ExecutorLoop:
             stats=self.stats, request_abort=self._request_abort, deadlines=self._deadlines,
             holds=self._holds,
         )  # fmt: skip
-        self._chains = Chains(self._buffers, self._runs.start, self.settings.max_in_flight)
+        self._chains = Chains(self._buffers, self._start_records, self.settings.max_in_flight)
         bridge = RebalanceBridge(
             self._loop, assigned=self._assigned, revoked=self._revoked, lost=self._lost,
             before_revoke=self._wait_for_runs, consuming=consuming,
@@ -154,24 +167,66 @@ class ExecutorLoop:
         self._producer.produce(topic, key, value)
 
     async def run(self, stop_event: threading.Event) -> None:
-        """Consume and run until ``stop_event`` is set; then drain, commit and close."""
+        """Consume and run until ``stop_event`` is set; then drain, commit and close.
+
+        Whatever else ends it is raised after a close that commits nothing more."""
         self.start()
-        consume: ConsumeFuture | None = None
+        failure: BaseException | None = None
         try:
             while not stop_event.is_set():
-                consume = await self._iterate(consume)
-            await self._drain(consume)
-            consume = None
-        except BaseException:
+                await self._iterate()
+            await self._drain()
+        except BaseException as exc:
+            failure = exc
             self._failed = True
-            raise
-        finally:
-            await self._close(consume)
+            log.error(
+                "executor %s stops on %r: its transaction is aborted, and the records since "
+                "its last commit run again on their next owner", self.settings.worker_id, exc,
+            )  # fmt: skip
+        # Not in a ``finally``: mypyc types a variable read there as the try block's normal
+        # end left it; a consume future set to None there made a failure end in "TypeError:
+        # None object expected; got _asyncio.Future" instead of the error that ended the loop.
+        await self._close(failure)
+        if failure is None:
+            failure = self._failure  # a run that raised while the close stopped it
+        if failure is not None:
+            raise failure
 
-    async def _iterate(self, consume: ConsumeFuture | None) -> ConsumeFuture | None:
+    def _start_records(self, records: list[Buffered], task: RunTask) -> tuple[int, Rest | None]:
+        """:meth:`RecordRunner.start` for the chains; what it raises ends the loop, and so does
+        what the waiting rest of a run raises (a cancellation only drops the run)."""
+        try:
+            taken, rest = self._runs.start(records, task)
+        except BaseException as exc:
+            self._fail(exc, task)
+            raise
+        return taken, None if rest is None else self._finish_run(rest, task)
+
+    async def _finish_run(self, rest: Rest, task: RunTask) -> None:
+        try:
+            await rest
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._fail(exc, task)
+            raise
+
+    def _fail(self, exc: BaseException, task: RunTask) -> None:
+        """A record's processing raised ``exc``: the loop raises it at its next turn, and
+        nothing commits meanwhile (the record's offset may count as passed already)."""
+        if self._failure is None:
+            self._failure = exc
+        task.add_done_callback(_retrieve)
+        self._wake.set()
+
+    async def _iterate(self) -> None:
+        if self._failure is not None:
+            raise self._failure
         if self._abort_reason is not None:
             self._abort(self._abort_reason)
+        consume = self._consume
         if consume is not None and consume.done():
+            self._consume = None
             self._accept(consume.result())
             consume = None
         restoring = self._assignment.step_restore()
@@ -185,7 +240,7 @@ class ExecutorLoop:
             and self._backpressure.consume_allowed(time.monotonic())
         ):
             self._queue_seeks()
-            consume = self._consuming.start_batch(self._loop)
+            consume = self._consume = self._consuming.start_batch(self._loop)
             consume.add_done_callback(lambda _: self._wake.set())
         spawned = self._chains.dispatch()
         self._runs.flush_due_outputs()
@@ -196,7 +251,6 @@ class ExecutorLoop:
             await asyncio.sleep(0 if spawned else _RESTORE_STEP_S)
         else:
             await self._wait_for_wake()
-        return consume
 
     def _probe_others(self) -> None:
         """While lanes block consuming: ask, every ``PROBE_INTERVAL_S``, whether records of
@@ -315,6 +369,8 @@ class ExecutorLoop:
         self._wake.set()
 
     def _commit(self) -> None:
+        if self._failure is not None:  # never past the record that raised: end the loop
+            raise self._failure
         began = self._last_commit = time.monotonic()
         self._runs.publish_started()
         self._runs.flush_outputs()
@@ -378,7 +434,7 @@ class ExecutorLoop:
 
     def _revoked(self, tps: list[TP]) -> None:
         try:
-            if self._failed:
+            if self._failed or self._failure is not None:
                 self._runs.drop_outputs()
                 self._committer.abort()
             else:
@@ -405,25 +461,39 @@ class ExecutorLoop:
             raise KafkronError(f"the consumer failed fatally: {error}; restart the executor")
         log.warning("consumer: %s (librdkafka retries)", error)
 
-    async def _drain(self, consume: ConsumeFuture | None) -> None:
+    async def _drain(self) -> None:
         """Stop taking records, give runs ``revoke_grace_s`` to finish, commit, drop the rest."""
         self._stopping = self._chains.stopping = True
         await self._runs.wait(list(self._runs.running), self.settings.revoke_grace_s)
         self._commit()
-        if consume is not None:
-            await asyncio.wait([consume])
         log.info("executor %s stopping: %s", self.settings.worker_id, self.stats.summary())
 
-    async def _close(self, consume: ConsumeFuture | None) -> None:
+    async def _close(self, failure: BaseException | None) -> None:
+        """Cancel the runs, leave the group (``_revoked`` commits, or aborts after a
+        ``failure``), close the clients; after a ``failure``, errors here are only logged."""
+        try:
+            try:
+                await self._stop_runs()
+            finally:
+                try:
+                    self._consuming.close()  # revokes on this thread: _revoked commits, releases
+                finally:
+                    self._pool.close()
+                    self._clients.close()
+        except Exception:
+            if failure is None:
+                raise
+            log.exception("executor %s: closing after %r failed too", self.settings.worker_id,
+                          failure)  # fmt: skip
+
+    async def _stop_runs(self) -> None:
+        """Cancel every run and timer; wait for the consume thread's call in flight (the
+        consumer closes on this thread, never while that thread uses it)."""
         self._chains.cancel_all()
         await self._chains.wait_all()
         self._deadlines.close()
         if self._holds is not None:
             self._holds.close()
-        if consume is not None:
-            await asyncio.wait([consume])
-        try:
-            self._consuming.close()  # revokes on this thread: _revoked commits, releases
-        finally:
-            self._pool.close()
-            self._clients.close()
+        in_flight = [f for f in (self._consume, self._probe) if f is not None]
+        if in_flight:
+            await asyncio.wait(in_flight)
