@@ -227,6 +227,10 @@ class ExecutorThread:
             assert time.monotonic() < deadline, self.loop.ready_partitions()
             time.sleep(0.05)
 
+    def alive(self) -> bool:
+        """True while the executor runs and has raised nothing."""
+        return self._thread.is_alive() and not self.errors
+
     def stop(self, timeout_s: float = 60.0) -> ExecutorStats:
         self.stop_event.set()
         self._thread.join(timeout_s)
