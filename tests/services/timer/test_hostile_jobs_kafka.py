@@ -1,0 +1,136 @@
+"""Hostile Job records on the real broker: the timer and the status view stay up.
+
+Issue 16's defects 3 and 6: a Job with ``version = -1`` jammed the API's status view forever
+(every GET 503); a Job with no schedule kind was dropped without a word, one with both
+``run_at`` and ``cron`` ran as cron, and a ``run_at`` of 2^62 was parked without a report. Each
+now goes to ``dlq`` from the timer with its position, raw bytes and reason, and the view skips
+and counts it; the records after them are served as usual.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.herd import DueReader, job_record, now_ms
+from services.ingest.settings import IngestSettings
+from services.ingest.view import StatusView
+from services.timer.settings import TimerSettings
+from streams.codec import Codec, RecordKind
+from streams.settings import KafkaSettings
+from streams.topics import TopicNames
+from tests.services.executor.test_service_kit import TopicReader, produce
+
+from .test_timer_kafka import _timer_on_thread
+
+pytestmark = pytest.mark.kafka
+
+CODEC = Codec.from_directory()
+CRON = {
+    "expression": "0 0 1 1 *",
+    "timezone": "UTC",
+    "start_ms": None,
+    "end_ms": None,
+    "fold_policy": "AUTO",
+}
+
+
+def _hostile(created_ms: int) -> dict[str, tuple[bytes | None, dict[str, Any], str]]:
+    """name -> (key or None for the job id, the Job record, the start of its reason)."""
+    run_at = created_ms + 60_000
+
+    def job(job_id: str, **fields: Any) -> dict[str, Any]:
+        return job_record(job_id, created_ms, **{"run_at_ms": run_at, **fields})
+
+    return {
+        "version": (None, job("h-version", version=-1), "Job.version is -1, below its minimum 0"),
+        "no-schedule": (
+            None,
+            job("h-none", run_at_ms=None),
+            "Job must have exactly one of run_at_ms, cron, depends_on (it has none)",
+        ),
+        "two-schedules": (
+            None,
+            job("h-two", cron=CRON),
+            "Job must have exactly one of run_at_ms, cron, depends_on (it has run_at_ms, cron)",
+        ),
+        "far-future": (
+            None,
+            job("h-far", run_at_ms=2**62),
+            "Job.run_at_ms is 4611686018427387904, above its maximum 253402300799999",
+        ),
+        "long-id": (
+            None,
+            job("h" * 70_000),
+            "Job.job_id has 70000 bytes, more than its maximum 1024",
+        ),
+        "other-key": (
+            b"someone-else",
+            job("h-key"),
+            "record key b'someone-else' is not its job id",
+        ),
+    }
+
+
+@pytest.fixture
+def reader(topics: KafkaSettings) -> Iterator[DueReader]:
+    due_reader = DueReader(topics)
+    yield due_reader
+    due_reader.close()
+
+
+def test_hostile_jobs_are_dead_lettered_by_the_timer_with_their_reason(
+    topics: KafkaSettings, reader: DueReader
+) -> None:
+    names = TopicNames(topics.namespace)
+    created = now_ms()
+    cases = _hostile(created)
+    records = [
+        (names.jobs, key or job["job_id"].encode(), CODEC.encode(RecordKind.JOB, job), None)
+        for key, job, _ in cases.values()
+    ]
+    good = job_record(f"good-{uuid.uuid4().hex[:6]}", created, run_at_ms=created + 1_000)
+    records.append((names.jobs, good["job_id"].encode(), CODEC.encode(RecordKind.JOB, good), None))
+    dlq = TopicReader(topics, ["dlq"])
+    with _timer_on_thread(TimerSettings(kafka=topics, instance_id="timer-hostile")):
+        landed = produce(topics, records)
+        reader.read_until(1, 60)  # the good one-off fired: the timer went on past them all
+        dlq.wait_for(
+            lambda r: len(r.decoded("dlq", RecordKind.DEAD_LETTER)) >= len(cases), 30, "dlq"
+        )
+    dlq.close()
+    fired = {CODEC.decode(RecordKind.DUE_EVENT, value)["job_id"] for value, _ in reader.values}
+    assert fired == {good["job_id"]}
+    letters = {
+        (d["source_topic"], d["source_partition"], d["source_offset"]): d
+        for d in dlq.decoded("dlq", RecordKind.DEAD_LETTER)
+    }
+    for (name, (_, _, reason)), where, record in zip(cases.items(), landed, records, strict=False):
+        letter = letters[where]
+        assert letter["kind"] == "UNDECODABLE", name
+        assert letter["reason"].startswith(reason), (name, letter["reason"])
+        assert (letter["raw_key"], letter["raw_value"]) == (record[1], record[2]), name
+
+
+def test_hostile_jobs_never_jam_the_status_view(topics: KafkaSettings, tmp_path: Path) -> None:
+    settings = IngestSettings(kafka=topics, view_dir=tmp_path / "view")
+    names = TopicNames(topics.namespace)
+    created = now_ms()
+    cases = _hostile(created)
+    records = [
+        (names.jobs, key or job["job_id"].encode(), CODEC.encode(RecordKind.JOB, job), None)
+        for key, job, _ in cases.values()
+    ]
+    good = job_record("after-the-hostile", created, run_at_ms=created + 60_000)
+    records.append((names.jobs, good["job_id"].encode(), CODEC.encode(RecordKind.JOB, good), None))
+    produce(topics, records)
+    with StatusView(settings) as view:
+        assert view.wait_until_caught_up(30.0)
+        assert view.alive and view.last_error is None
+        assert view.undecodable_count() == len(cases)
+        assert view.job("after-the-hostile") is not None
+        assert view.job("h-version") is None and view.job("h-key") is None
