@@ -10,21 +10,19 @@ dead-letter it with the reason, so nothing downstream of decode needs a guard of
 exist, or that does not fit the field's type, is a :class:`ConfigurationError` at start-up)
 and derives one check function per named record from them, as Python source compiled once:
 a check is a handful of comparisons, cheap enough for the hot paths. A check returns None
-for a good record and the reason for a bad one; :meth:`Bounds.check` raises
-:class:`InvalidRecordError` with it. Checks of a subset of the fields, read as attributes,
-serve the views that the hot paths decode into (``checker(..., fields=..., attribute=True)``).
+for a good record and the reason for a bad one (``Codec.check`` raises ``InvalidRecordError``
+with it). Checks of a subset of the fields, read as attributes, serve the views that the hot
+paths decode into (``checker(..., fields=..., attribute=True)``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from streams.exceptions import ConfigurationError, InvalidRecordError
+from streams.exceptions import ConfigurationError
 
 BOUNDS_FILE = "bounds.json"
 
@@ -77,26 +75,6 @@ class Bounds:
                 named.setdefault(name, definition)
         self._records = _resolve(declarations, named)
         self._checks: dict[tuple[str, frozenset[str] | None, bool], Check] = {}
-
-    @classmethod
-    def from_file(cls, path: Path, schemas: Iterable[Mapping[str, Any]]) -> Bounds:
-        """The bounds declared in ``path``, checked against ``schemas``."""
-        try:
-            declarations = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"cannot read record bounds {path}: {exc}") from exc
-        if not isinstance(declarations, dict):
-            raise ConfigurationError(f"record bounds {path} must hold one JSON object")
-        try:
-            return cls(declarations, schemas)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{path}: {exc}") from None
-
-    def check(self, record_name: str, record: Mapping[str, Any]) -> None:
-        """Raise :class:`InvalidRecordError` when ``record`` breaks a bound of its kind."""
-        reason = self.checker(record_name)(record)
-        if reason is not None:
-            raise InvalidRecordError(reason)
 
     def checker(
         self, record_name: str, *, fields: Iterable[str] | None = None, attribute: bool = False

@@ -76,6 +76,19 @@ def _hostile(created_ms: int) -> dict[str, tuple[bytes | None, dict[str, Any], s
     }
 
 
+def _records(
+    topics: KafkaSettings, created_ms: int, good: dict[str, Any]
+) -> tuple[dict[str, tuple[bytes | None, dict[str, Any], str]], list[Any]]:
+    """The hostile cases and the records to produce: each case's, then ``good``'s."""
+    jobs = TopicNames(topics.namespace).jobs
+    cases = _hostile(created_ms)
+    records = [
+        (jobs, key or job["job_id"].encode(), CODEC.encode(RecordKind.JOB, job), None)
+        for key, job, _ in [*cases.values(), (None, good, "")]
+    ]
+    return cases, records
+
+
 @pytest.fixture
 def reader(topics: KafkaSettings) -> Iterator[DueReader]:
     due_reader = DueReader(topics)
@@ -86,15 +99,9 @@ def reader(topics: KafkaSettings) -> Iterator[DueReader]:
 def test_hostile_jobs_are_dead_lettered_by_the_timer_with_their_reason(
     topics: KafkaSettings, reader: DueReader
 ) -> None:
-    names = TopicNames(topics.namespace)
     created = now_ms()
-    cases = _hostile(created)
-    records = [
-        (names.jobs, key or job["job_id"].encode(), CODEC.encode(RecordKind.JOB, job), None)
-        for key, job, _ in cases.values()
-    ]
     good = job_record(f"good-{uuid.uuid4().hex[:6]}", created, run_at_ms=created + 1_000)
-    records.append((names.jobs, good["job_id"].encode(), CODEC.encode(RecordKind.JOB, good), None))
+    cases, records = _records(topics, created, good)
     dlq = TopicReader(topics, ["dlq"])
     with _timer_on_thread(TimerSettings(kafka=topics, instance_id="timer-hostile")):
         landed = produce(topics, records)
@@ -118,15 +125,9 @@ def test_hostile_jobs_are_dead_lettered_by_the_timer_with_their_reason(
 
 def test_hostile_jobs_never_jam_the_status_view(topics: KafkaSettings, tmp_path: Path) -> None:
     settings = IngestSettings(kafka=topics, view_dir=tmp_path / "view")
-    names = TopicNames(topics.namespace)
     created = now_ms()
-    cases = _hostile(created)
-    records = [
-        (names.jobs, key or job["job_id"].encode(), CODEC.encode(RecordKind.JOB, job), None)
-        for key, job, _ in cases.values()
-    ]
     good = job_record("after-the-hostile", created, run_at_ms=created + 60_000)
-    records.append((names.jobs, good["job_id"].encode(), CODEC.encode(RecordKind.JOB, good), None))
+    cases, records = _records(topics, created, good)
     produce(topics, records)
     with StatusView(settings) as view:
         assert view.wait_until_caught_up(30.0)
