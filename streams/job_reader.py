@@ -25,6 +25,7 @@ from streams.avro_binary import read_long
 from streams.bounds import Check
 from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import DecodeError, InvalidRecordError
+from streams.fast_path import FastPath
 
 _STATUS = ("SCHEDULED", "PAUSED", "CANCELLED", "COMPLETED")
 _PRIORITY = ("HIGH", "NORMAL", "LOW")
@@ -234,6 +235,7 @@ class JobReader:
         self._last_stamps: bytes | None = None
         self._last_stamp_values = (0, 0)
         self.enabled = self._resolution_free() and self._proven()
+        self.fast_path = FastPath("the fast Job reader (streams/job_reader.py)", self.enabled)
         # The bounds (schemas/bounds.json) of the fields a cached body holds are checked when
         # the body is parsed, the rest per record.
         name = codec.record_name(RecordKind.JOB)
@@ -248,6 +250,7 @@ class JobReader:
                 return self._read(data, self._check_body, self._check_record)
             except (IndexError, ValueError, struct.error):
                 pass  # the codec names what is wrong with it
+        self.fast_path.fell_back()
         return self._codec.decode(RecordKind.JOB, data)
 
     def _read(

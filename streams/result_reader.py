@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from streams.avro_binary import MAX_READ_LONG_BYTES, read_long
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.exceptions import DecodeError, InvalidRecordError
+from streams.fast_path import FastPath
 from streams.records import ExecutionStatus, Trigger
 from streams.result_probes import result_probes
 
@@ -125,6 +126,9 @@ class ResultReader:
         self._heads: dict[bytes, tuple[int, str]] = {}
         self._head_sizes: list[int] = []
         self.enabled = self._resolution_free() and self._proven()
+        self.fast_path = FastPath(
+            "the fast ExecutionResult reader (streams/result_reader.py)", self.enabled
+        )
         self._served_header = self._header if self.enabled else None
         # The bounds (schemas/bounds.json) of the fields read, which are all the timer acts
         # on: a result breaking a bound of another field still settles its execution.
@@ -144,6 +148,7 @@ class ResultReader:
                 pass  # the codec names what is wrong with it
             else:
                 return self._checked(fields)
+        self.fast_path.fell_back()
         record = self._codec.decode(RecordKind.EXECUTION_RESULT, data, check=False)
         return self._checked(fields_of(record))
 

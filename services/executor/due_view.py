@@ -37,6 +37,7 @@ from streams.avro_binary import avro_long, avro_string
 from streams.bounds import Check
 from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import InvalidRecordError
+from streams.fast_path import FastPath
 from streams.records import Trigger
 from streams.topics import Priority
 
@@ -142,6 +143,9 @@ class DueReader:
         self._check_emitted: Check | None = None
         self.fast = True
         self.fast = all(self._agrees(r) for r in probe_records())
+        self.fast_path = FastPath(
+            "the fast DueEvent reader (services/executor/due_view.py)", self.fast
+        )
         self._check_run = codec.bounds.checker(name, fields=("handler", "retry", "tenant"))
         self._check_version = codec.bounds.checker(name, fields=("job_version",))
         self._check_emitted = codec.bounds.checker(name, fields=("emitted_at_ms",))
@@ -160,6 +164,7 @@ class DueReader:
                 if reason is not None:
                     raise InvalidRecordError(reason)
                 return view
+        self.fast_path.fell_back()
         return self.from_record(self._codec.decode(RecordKind.DUE_EVENT, value), value)
 
     def _reset_runs(self) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams.avro_binary import avro_long, avro_string
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from streams.fast_path import FastPath
 from streams.records import ExecutionStatus, Trigger
 from streams.result_probes import result_probes
 
@@ -78,6 +79,9 @@ class ResultEncoder:
         self._succeeded_status = self._status["SUCCEEDED"] + _NULL + _NULL + worker + _SOME
         self.spliced = all(self._splice(r) == codec.encode(RecordKind.EXECUTION_RESULT, r)
                            for r in _probes())  # fmt: skip
+        self.fast_path = FastPath(
+            "the spliced ExecutionResult encoder (services/executor/result_bytes.py)", self.spliced
+        )
 
     def started(self, view: DueView, now: bytes) -> bytes:
         """The STARTED result of ``view``'s attempt at ``now`` (Avro long epoch ms)."""
@@ -119,6 +123,7 @@ class ResultEncoder:
         """The single-object encoding of ``record`` (every field present, as outcomes builds)."""
         if self.spliced:
             return self._splice(record)
+        self.fast_path.fell_back()
         return self._codec.encode(RecordKind.EXECUTION_RESULT, record)
 
     def _splice(self, r: Mapping[str, Any]) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any
 from services.timer.policies import jitter_offset_ms
 from streams.avro_binary import avro_long
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from streams.fast_path import FastPath
 from streams.identity import execution_id
 
 _EMPTY_ARRAY = b"\x00"
@@ -124,6 +125,9 @@ class DueEventBytes:
         self._header = SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(RecordKind.DUE_EVENT)
         self.spliceable = self._layout_holds(self._codec_prefix)
         self.hand_encoded = self.spliceable and self._layout_holds(self._hand_prefix)
+        self.fast_path = FastPath(
+            "the hand-encoded DueEvent prefixes (services/timer/due_bytes.py)", self.hand_encoded
+        )
         self._tail_ms = -1
         self._tail = b""
         # Encoded attempt..tenant by their values: a bulk load's jobs share handler, retry

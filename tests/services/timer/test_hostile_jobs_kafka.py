@@ -23,7 +23,7 @@ from services.timer.settings import TimerSettings
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
-from tests.services.executor.test_service_kit import TopicReader, produce
+from tests.services.executor.test_service_kit import TopicReader, due_event, produce
 
 from .test_timer_kafka import _timer_on_thread
 
@@ -135,3 +135,51 @@ def test_hostile_jobs_never_jam_the_status_view(topics: KafkaSettings, tmp_path:
         assert view.undecodable_count() == len(cases)
         assert view.job("after-the-hostile") is not None
         assert view.job("h-version") is None and view.job("h-key") is None
+
+
+def test_hostile_results_and_retries_are_dead_lettered_by_the_timer(
+    topics: KafkaSettings, reader: DueReader
+) -> None:
+    """The timer's other inputs: a result or a retry request that breaks a bound the timer
+    acts on, or keyed by another job, goes to dlq with its reason; the timer goes on."""
+    names = TopicNames(topics.namespace)
+    created = now_ms()
+    results = RecordKind.EXECUTION_RESULT
+    result = {
+        "execution_id": "r@1", "job_id": "r", "scheduled_for_ms": created, "attempt": 1,
+        "status": "SUCCEEDED", "reason": None, "error": None, "worker_id": "w",
+        "started_at_ms": created, "finished_at_ms": created, "next_attempt_at_ms": None,
+        "trigger": "SCHEDULE", "job_version": 1, "recorded_at_ms": created,
+    }  # fmt: skip
+    due = due_event("q", created)
+    cases = [
+        (names.job_results, b"r", {**result, "scheduled_for_ms": 2**62}, results,
+         "ExecutionResult.scheduled_for_ms is 4611686018427387904, above its maximum"),
+        (names.job_results, b"", {**result, "job_id": ""}, results,
+         "ExecutionResult.job_id is empty"),
+        (names.job_results, b"other", result, results,
+         "record key b'other' is not its job id"),
+        (names.retry, b"q", {"due": {**due, "attempt": -1}, "requested_at_ms": created},
+         RecordKind.RETRY_REQUEST, "DueEvent.attempt is -1, below its minimum 1"),
+        (names.retry, b"q", {"due": due, "requested_at_ms": -3}, RecordKind.RETRY_REQUEST,
+         "RetryRequest.requested_at_ms is -3, below its minimum 0"),
+    ]  # fmt: skip
+    records = [(topic, key, CODEC.encode(kind, value), 0) for topic, key, value, kind, _ in cases]
+    good = job_record(f"good-{uuid.uuid4().hex[:6]}", created, run_at_ms=created + 1_000)
+    dlq = TopicReader(topics, ["dlq"])
+    with _timer_on_thread(TimerSettings(kafka=topics, instance_id="timer-hostile-inputs")):
+        landed = produce(topics, records)
+        produce(
+            topics,
+            [(names.jobs, good["job_id"].encode(), CODEC.encode(RecordKind.JOB, good), None)],
+        )
+        reader.read_until(1, 60)
+        dlq.wait_for(lambda r: len(r.decoded("dlq", RecordKind.DEAD_LETTER)) >= len(cases), 30)
+    dlq.close()
+    letters = {
+        (d["source_topic"], d["source_partition"], d["source_offset"]): d
+        for d in dlq.decoded("dlq", RecordKind.DEAD_LETTER)
+    }
+    for (_, key, _, _, reason), where, record in zip(cases, landed, records, strict=True):
+        assert letters[where]["reason"].startswith(reason), letters[where]["reason"]
+        assert (letters[where]["raw_key"], letters[where]["raw_value"]) == (key, record[2])
