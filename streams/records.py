@@ -12,6 +12,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas import field_defaults
 from streams.codec import RecordKind
 from streams.topics import Priority
 
@@ -153,14 +154,17 @@ class AvroRecord(BaseModel):
         return cls.model_validate(record)
 
 
+_RETRY_DEFAULTS = field_defaults("kafkron.RetryPolicy")  # the schema's, written nowhere else
+
+
 class RetryPolicy(AvroRecord):
     """Exponential backoff: attempt n waits min(max, initial * multiplier^(n-1)) +/- jitter."""
 
-    max_attempts: AvroInt = 3
-    initial_backoff_ms: AvroLong = 1000
-    multiplier: float = 2.0
-    max_backoff_ms: AvroLong = 300_000
-    jitter_ratio: float = 0.1
+    max_attempts: AvroInt = _RETRY_DEFAULTS["max_attempts"]
+    initial_backoff_ms: AvroLong = _RETRY_DEFAULTS["initial_backoff_ms"]
+    multiplier: float = _RETRY_DEFAULTS["multiplier"]
+    max_backoff_ms: AvroLong = _RETRY_DEFAULTS["max_backoff_ms"]
+    jitter_ratio: float = _RETRY_DEFAULTS["jitter_ratio"]
 
 
 class CronSchedule(AvroRecord):

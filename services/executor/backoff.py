@@ -8,16 +8,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from schemas import field_defaults
+
+_DEFAULTS = field_defaults("kafkron.RetryPolicy")  # the schema's, written nowhere else
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """A job's retry policy: the ``RetryPolicy`` record of ``DueEvent``, with its defaults."""
 
-    max_attempts: int = 3
-    initial_backoff_ms: int = 1000
-    multiplier: float = 2.0
-    max_backoff_ms: int = 300_000
-    jitter_ratio: float = 0.1
+    max_attempts: int = _DEFAULTS["max_attempts"]
+    initial_backoff_ms: int = _DEFAULTS["initial_backoff_ms"]
+    multiplier: float = _DEFAULTS["multiplier"]
+    max_backoff_ms: int = _DEFAULTS["max_backoff_ms"]
+    jitter_ratio: float = _DEFAULTS["jitter_ratio"]
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> RetryPolicy:

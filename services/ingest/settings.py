@@ -8,19 +8,23 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas import field_defaults
 from streams.settings import KafkaSettings
+
+_RETRY = field_defaults("kafkron.RetryPolicy")  # the schema's, written nowhere else
 
 
 class DefaultRetry(BaseModel):
-    """Retry policy of jobs whose request omits (part of) ``retry``."""
+    """Retry policy of jobs whose request omits (part of) ``retry``; by default the
+    ``RetryPolicy`` defaults of the schemas."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_attempts: int = Field(default=3, ge=1, le=1000)
-    initial_backoff_s: float = Field(default=1.0, ge=0)
-    multiplier: float = Field(default=2.0, ge=1)
-    max_backoff_s: float = Field(default=300.0, ge=0)
-    jitter_ratio: float = Field(default=0.1, ge=0, le=1)
+    max_attempts: int = Field(default=_RETRY["max_attempts"], ge=1, le=1000)
+    initial_backoff_s: float = Field(default=_RETRY["initial_backoff_ms"] / 1000, ge=0)
+    multiplier: float = Field(default=_RETRY["multiplier"], ge=1)
+    max_backoff_s: float = Field(default=_RETRY["max_backoff_ms"] / 1000, ge=0)
+    jitter_ratio: float = Field(default=_RETRY["jitter_ratio"], ge=0, le=1)
 
 
 class IngestSettings(BaseSettings):
