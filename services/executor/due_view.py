@@ -59,8 +59,16 @@ _TIMEOUT_TO_TRIGGER = re.compile(
 _ONE_LONG = re.compile(_VARINT, re.DOTALL)
 _CACHED_RUNS = 4
 _DOUBLE = struct.Struct("<d").unpack_from
-# The bounded fields a DueView holds, checked per record.
+# The bounded fields a DueView holds: all when a record is parsed in full, the ids alone
+# when the rest is the last record's.
 _VIEW_FIELDS = ("execution_id", "job_id", "scheduled_for_ms", "fire_at_ms", "attempt", "timeout_ms")
+_ID_FIELDS = ("execution_id", "job_id")
+
+
+def _raise_if_invalid(reason: str | None) -> None:
+    if reason is not None:
+        raise InvalidRecordError(reason)
+
 
 # The bytes of job_version .. attempt; their raw job_version, scheduled_for_ms and attempt,
 # and the values of scheduled_for_ms, attempt and fire_at_ms.
@@ -133,11 +141,14 @@ class DueReader:
         self._priority_of = {p.value: p for p in Priority}
         self._trigger_of = {symbol: i for i, symbol in enumerate(TRIGGERS)}
         self._reset_runs()
-        # The bounds of schemas/bounds.json: of the view's fields per record, of the other
-        # fields when their run of bytes is parsed (a cached run was checked then). A record
-        # that breaks one goes to the codec, which raises InvalidRecordError with the reason.
+        # The bounds of schemas/bounds.json: the ids per record; the view's other fields when
+        # the record is parsed in full (a record whose bytes after the ids are the last one's
+        # was checked then); the fields a view does not hold when their run of bytes is
+        # parsed (a record breaking one of those goes to the codec, which raises
+        # InvalidRecordError with the reason).
         name = codec.record_name(RecordKind.DUE_EVENT)
-        self._check_view = codec.bounds.checker(name, fields=_VIEW_FIELDS, attribute=True)
+        self._check_ids: Check | None = None
+        self._check_view: Check | None = None
         self._check_run: Check | None = None
         self._check_version: Check | None = None
         self._check_emitted: Check | None = None
@@ -146,6 +157,8 @@ class DueReader:
         self.fast_path = FastPath(
             "the fast DueEvent reader (services/executor/due_view.py)", self.fast
         )
+        self._check_ids = codec.bounds.checker(name, fields=_ID_FIELDS, attribute=True)
+        self._check_view = codec.bounds.checker(name, fields=_VIEW_FIELDS, attribute=True)
         self._check_run = codec.bounds.checker(name, fields=("handler", "retry", "tenant"))
         self._check_version = codec.bounds.checker(name, fields=("job_version",))
         self._check_emitted = codec.bounds.checker(name, fields=("emitted_at_ms",))
@@ -156,14 +169,9 @@ class DueReader:
         subclass :class:`InvalidRecordError` when it breaks a bound (``schemas/bounds.json``)."""
         if self.fast and value.startswith(self._header):
             try:
-                view = self._parse(value)
+                return self._parse(value)
             except (_NotFastError, IndexError, UnicodeDecodeError, ValueError, OverflowError):
                 pass  # the codec decides: a record it reads, or its DecodeError
-            else:
-                reason = self._check_view(view)
-                if reason is not None:
-                    raise InvalidRecordError(reason)
-                return view
         self.fast_path.fell_back()
         return self.from_record(self._codec.decode(RecordKind.DUE_EVENT, value), value)
 
@@ -243,7 +251,10 @@ class DueReader:
         # everything after the ids is the last record's (one instant's fires of one kind).
         tail, values = self._last_tail
         if len(data) - pos == len(tail) and tail and data.endswith(tail):
-            return _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
+            view = _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
+            if self._check_ids is not None:
+                _raise_if_invalid(self._check_ids(view))
+            return view
         ids_end = pos
         longs = self._last_longs
         if longs is None or not data.startswith(longs[0], pos):
@@ -278,8 +289,11 @@ class DueReader:
             raw_emitted,
             None,
         )
-        self._last_tail = (data[ids_end:], values)
-        return _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
+        view = _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
+        if self._check_view is not None:
+            _raise_if_invalid(self._check_view(view))
+        self._last_tail = (data[ids_end:], values)  # only a checked record's
+        return view
 
     def _read_end(self, data: bytes, pos: int) -> bytes:
         """Check that emitted_at_ms and an empty history end the record at ``pos``;
