@@ -92,6 +92,16 @@ class Bounds:
             check = self._checks[cache_key] = self._compile(record_name, subset, attribute)
         return check
 
+    def field_bound(self, record_name: str, field: str) -> Mapping[str, float]:
+        """The bound declared for one field (empty when none), e.g. for a reader that checks
+        raw bytes: a long whose only bound is ``min`` 0 is out of bounds exactly when its
+        zig-zag varint's first byte is odd."""
+        bounds = self._records.get(record_name)
+        for candidate in () if bounds is None else bounds.fields:
+            if candidate.name == field:
+                return candidate.bound
+        return {}
+
     def key_path(self, record_name: str) -> tuple[str, ...] | None:
         """The field path the Kafka key of such a record must equal, if declared."""
         bounds = self._records.get(record_name)

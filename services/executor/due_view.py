@@ -59,10 +59,12 @@ _TIMEOUT_TO_TRIGGER = re.compile(
 _ONE_LONG = re.compile(_VARINT, re.DOTALL)
 _CACHED_RUNS = 4
 _DOUBLE = struct.Struct("<d").unpack_from
-# The bounded fields a DueView holds: all when a record is parsed in full, the ids alone
-# when the rest is the last record's.
-_VIEW_FIELDS = ("execution_id", "job_id", "scheduled_for_ms", "fire_at_ms", "attempt", "timeout_ms")
+# The bounded fields, by where the reader checks them: the ids per record, the longs when
+# they are decoded (not taken over from the last record), the run handler..tenant when it is
+# parsed (not a cached run).
 _ID_FIELDS = ("execution_id", "job_id")
+_LONG_FIELDS = ("scheduled_for_ms", "fire_at_ms", "attempt")
+_RUN_FIELDS = ("handler", "timeout_ms", "retry", "tenant")
 
 
 def _raise_if_invalid(reason: str | None) -> None:
@@ -148,7 +150,7 @@ class DueReader:
         # InvalidRecordError with the reason).
         name = codec.record_name(RecordKind.DUE_EVENT)
         self._check_ids: Check | None = None
-        self._check_view: Check | None = None
+        self._check_longs: Check | None = None
         self._check_run: Check | None = None
         self._check_version: Check | None = None
         self._check_emitted: Check | None = None
@@ -158,8 +160,11 @@ class DueReader:
             "the fast DueEvent reader (services/executor/due_view.py)", self.fast
         )
         self._check_ids = codec.bounds.checker(name, fields=_ID_FIELDS, attribute=True)
-        self._check_view = codec.bounds.checker(name, fields=_VIEW_FIELDS, attribute=True)
-        self._check_run = codec.bounds.checker(name, fields=("handler", "retry", "tenant"))
+        self._check_longs = codec.bounds.checker(name, fields=_LONG_FIELDS)
+        self._check_run = codec.bounds.checker(name, fields=_RUN_FIELDS)
+        # job_version differs per job: when its bound is "not negative" alone, the sign bit
+        # of its raw varint (zig-zag) says it, with no decode.
+        self._version_sign_only = dict(codec.bounds.field_bound(name, "job_version")) == {"min": 0}
         self._check_version = codec.bounds.checker(name, fields=("job_version",))
         self._check_emitted = codec.bounds.checker(name, fields=("emitted_at_ms",))
         self._reset_runs()
@@ -290,8 +295,8 @@ class DueReader:
             None,
         )
         view = _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
-        if self._check_view is not None:
-            _raise_if_invalid(self._check_view(view))
+        if self._check_ids is not None:
+            _raise_if_invalid(self._check_ids(view))
         self._last_tail = (data[ids_end:], values)  # only a checked record's
         return view
 
@@ -315,32 +320,42 @@ class DueReader:
         if longs is None:
             raise _NotFastError
         raw_version, raw_scheduled, raw_fire_at, raw_attempt = longs.groups()
-        if self._check_version is not None and self._check_version(
-            {"job_version": decode_long(raw_version)}
-        ):
-            raise _NotFastError  # the codec raises InvalidRecordError with the reason
+        check_version = self._check_version
+        if check_version is not None:
+            if self._version_sign_only:
+                if raw_version[0] & 1:
+                    raise _NotFastError  # negative: the codec raises InvalidRecordError
+            elif check_version({"job_version": decode_long(raw_version)}):
+                raise _NotFastError  # the codec raises InvalidRecordError with the reason
         # The run differs from the last one, mostly by job_version alone (one instant's
-        # jobs): values of raw bytes seen last are taken over, not decoded again.
+        # jobs): values of raw bytes seen last are taken over (they were checked), not
+        # decoded again.
         last = self._last_longs
+        fresh = last is None
         if last is not None and last[1][1] == raw_scheduled:
             scheduled = last[1][3]
         else:
             scheduled = decode_long(raw_scheduled)
+            fresh = True
         if last is not None and last[1][2] == raw_attempt:
             attempt = last[1][4]
         else:
             attempt = decode_long(raw_attempt)
+            fresh = True
+        # fire_at_ms is scheduled_for_ms unless jittered
+        fire_at = scheduled
+        if raw_fire_at != raw_scheduled:
+            fire_at = decode_long(raw_fire_at)
+            fresh = True
+        elif last is not None and fire_at != last[1][5]:
+            fresh = True  # the last record's was jittered: this one was not checked yet
+        if fresh and self._check_longs is not None:
+            values = {"scheduled_for_ms": scheduled, "fire_at_ms": fire_at, "attempt": attempt}
+            if self._check_longs(values):
+                raise _NotFastError  # the codec raises InvalidRecordError with the reason
         parsed = (
             data[pos : longs.end()],
-            (
-                raw_version,
-                raw_scheduled,
-                raw_attempt,
-                scheduled,
-                attempt,
-                # fire_at_ms is scheduled_for_ms unless jittered
-                scheduled if raw_fire_at == raw_scheduled else decode_long(raw_fire_at),
-            ),
+            (raw_version, raw_scheduled, raw_attempt, scheduled, attempt, fire_at),
         )
         self._last_longs = parsed
         return parsed
@@ -373,6 +388,7 @@ class DueReader:
         if self._check_run is not None and self._check_run(
             {
                 "handler": handler.decode(),
+                "timeout_ms": decode_long(raw_timeout),
                 "retry": {
                     "max_attempts": decode_long(tail.group(3)),
                     "initial_backoff_ms": decode_long(tail.group(4)),
