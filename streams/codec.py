@@ -34,13 +34,24 @@ Schema = dict[str, Any]
 
 
 class RecordKind(StrEnum):
-    """The kinds of record kafkron writes; each value is the stem of its ``.avsc`` files."""
+    """The kinds of record kafkron writes; each value is the stem of its ``.avsc`` files.
+
+    Every kind travels on a topic but those in :data:`STATE_KINDS`: what a service keeps in
+    its own store (and that store's changelog), never a message between services.
+    """
 
     JOB = "job"
     DUE_EVENT = "due_event"
     EXECUTION_RESULT = "execution_result"
     RETRY_REQUEST = "retry_request"
     DEAD_LETTER = "dead_letter"
+    TIMER_STATE = "timer_state"
+
+
+STATE_KINDS: frozenset[RecordKind] = frozenset({RecordKind.TIMER_STATE})
+"""The kinds that are a service's stored state rather than a topic's records."""
+TOPIC_KINDS: frozenset[RecordKind] = frozenset(RecordKind) - STATE_KINDS
+"""The kinds of the records on kafkron's topics."""
 
 
 def schema_fingerprint(schema: Mapping[str, Any]) -> bytes:
@@ -171,6 +182,11 @@ class Codec:
     def writer_fingerprint(self, kind: RecordKind) -> bytes:
         """The 8 fingerprint bytes ``encode`` writes for ``kind`` (little-endian CRC-64-AVRO)."""
         return self._writer_of(kind).header[len(SINGLE_OBJECT_MAGIC) :]
+
+    def writer_schema(self, kind: RecordKind) -> Schema:
+        """The schema ``encode`` writes ``kind`` with, as fastavro parsed it (do not modify):
+        for fast paths derived from it."""
+        return self._writer_of(kind).schema
 
     def encode(self, kind: RecordKind, record: Mapping[str, Any]) -> bytes:
         """``record`` as single-object encoded bytes; fields with a schema default may be left out.

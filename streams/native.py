@@ -47,9 +47,11 @@ NATIVE_MODULES: tuple[str, ...] = (
     "services.timer.inputs",
     "services.timer.keys",
     "services.timer.pacing",
+    "services.timer.record_bytes",
     "services.timer.results",
     "services.timer.retention",
     "services.timer.state",
+    "services.timer.stored_state",
     "services.timer.wheel",
 )
 """What mypyc compiles: the modules a record passes through, in packages that call

@@ -61,11 +61,10 @@ def apply_job(scope: Scope, job_id: bytes, value: bytes | None, job: dict[str, A
     validate_job(job)
     still_overdue = False
     if state is None:
-        state = TimerState(job["job_id"], job["version"], value, job["status"])
+        state = TimerState.of_job(value, job)
     else:
         still_overdue = settle_overdue(scope, state)
-        state.version, state.job_bytes, state.status = job["version"], value, job["status"]
-    state.decoded = job
+        state.accept_job(value, job)
     if job["status"] in _INACTIVE:
         remove_pending(scope, state, CANCELLED_JOB)
     else:

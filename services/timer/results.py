@@ -1,7 +1,8 @@
 """Applying ``job-results``: track executions in flight, release a queued fire, finish one-offs.
 
 STARTED marks an execution in flight (the timer already does so when it emits it, and then
-answers the STARTED from the stored JSON alone; this covers executions it did not emit). A
+answers the STARTED from the stored state's tail alone; this covers executions it did not
+emit). A
 final outcome clears it, and when nothing else runs a queued fire (overlap QUEUE_ONE) goes
 out. The final outcome of a one-off's execution marks the job completed and lists it for its
 tombstone on ``jobs`` after the retention, in a wheel entry shared with the one-offs
@@ -11,7 +12,7 @@ retry or a dead letter follows.
 
 Two shortcuts serve nearly every result, each exactly what :func:`apply_to_state` would do:
 a STARTED the timer already knows of changes nothing (``started_is_known``), and the final
-result of a one-off fired from its fast entry rewrites the stored JSON without building a
+result of a one-off fired from its fast entry re-encodes the stored tail without building a
 state (``complete_fired_one_off``).
 """
 
@@ -63,7 +64,7 @@ def apply_to_state(scope: Scope, job_id: bytes, status: str, tick_ms: int) -> No
         changed = True
         if not state.running:
             fire_queued(scope, state)
-    if not state.completed and state.one_off_run_at_ms(scope) == tick_ms:
+    if not state.completed and state.one_off_run_at_ms == tick_ms:
         state.completed = True
         state.tombstone_fire_ms = retain(scope, job_id)
         changed = True

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from services.timer.due_bytes import DueEventBytes, due_event_record
 from services.timer.settings import TimerSettings
+from services.timer.stored_state import StoredStates
 from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
 from streams.job_reader import JobReader
@@ -71,6 +72,8 @@ class TimerEnv:
     max_running_per_job: int
     one_off_retention_ms: int
     instance_id: str
+    # Writes and reads the per-job TimerState in the jobs store (``stored_state.py``).
+    states: StoredStates
     # Decodes Job records ~2x cheaper than the codec (a create decodes one); None: the codec.
     job_reader: JobReader | None = None
     # A drain fires entries due up to this long after now (``Scope.horizon_ms``).
@@ -120,6 +123,7 @@ class TimerEnv:
             max_running_per_job=settings.max_running_per_job,
             one_off_retention_ms=settings.one_off_retention_ms,
             instance_id=settings.instance_id,
+            states=StoredStates(codec),
             job_reader=JobReader(codec),
             fire_ahead_ms=settings.fire_ahead_ms,
             result_reader=ResultReader(codec),

@@ -1,7 +1,9 @@
 """Per-job timer state in the ``jobs`` store, and the one invariant tying it to the wheel.
 
-A job's state holds its last accepted Job record (as received, Avro bytes), its pending
-wheel entries, its last settled tick, the executions in flight and the one queued.
+A job's state (:class:`TimerState`, the record ``schemas/timer_state.v1.avsc``, stored as
+``stored_state.py`` says) holds its last accepted Job record (as received, the Job's own
+bytes), its pending wheel entries, its last settled tick, the executions in flight and the
+one queued.
 
 *Fast entries.* An on-time one-off with nothing in flight fires from its wheel entry alone
 (see ``drain.py``), without reading or writing this state, which halves the per-fire work.
@@ -11,171 +13,62 @@ below the wheel's fired-through watermark or gone (``wheel.py``), the entry fire
 looks. Every other way an entry is settled writes the state in the same transaction, so
 the rule is exact.
 
-*Cheap results.* Two results per execution reach the timer. The stored form keeps the JSON
-fields ahead of the Job bytes, and remembers whether the job is a one-off and its run time
-(:meth:`TimerState.one_off_run_at_ms`), so that a STARTED the timer already knows of is
-answered from the JSON alone (:func:`started_is_known`) and a SUCCEEDED needs no Job decode.
-The SUCCEEDED of a one-off fired from its fast entry (a herd's) rewrites the fields after the
-status in the stored bytes (:func:`complete_fired_one_off`): no decode, no state object.
+*Cheap results.* Two results per execution reach the timer. The schema puts the fields a
+result reads or changes after the Job bytes (the *tail*) and stores a one-off's run time,
+so a STARTED the timer already knows of is answered from the tail alone
+(:func:`started_is_known`) and a SUCCEEDED needs no Job decode. The SUCCEEDED of a one-off
+fired from its fast entry (a herd's) re-encodes the tail alone
+(:func:`complete_fired_one_off`): decoded, changed as loading the state and applying the
+result would change it, encoded again; no state object. Both read a tail once per distinct
+tail (a herd's one-offs share theirs).
 """
 
 from __future__ import annotations
 
-import re
-import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
-
-import orjson
 
 from services.timer import keys
 from services.timer.due_bytes import fire_at_ms
 from services.timer.scope import PRIORITY_INDEX, Scope
+from services.timer.stored_state import StoredStates, TimerState
 from services.timer.wheel import is_fired, place_ms
 
-_FORMAT = 1
-_FORMAT_BYTE = bytes([_FORMAT])
+__all__ = ["TimerState"]  # defined with its stored form, used through this module
+
 _FAST = b"F"
 _SLOW = b"S"
-_RUN_AT = 13  # index of the optional one-off run time in the stored JSON list
-_PACK_HEADER = struct.Struct(">BI").pack
-_UNPACK_SIZE = struct.Struct(">I").unpack_from
 _FAST_HEADERS = {name: _FAST + bytes([index]) for name, index in PRIORITY_INDEX.items()}
-# The JSON after the status of a one-off waiting on its fast entry: sched_tick_ms,
-# sched_fire_ms, fast, last_tick_ms, running, queued, manual, manual_done_ms, completed,
-# tombstone_fire_ms, run_at_ms (see complete_fired_one_off).
-_FAST_ONE_OFF_TAIL = re.compile(
-    rb",(-?\d+),(-?\d+),true,(?:null|-?\d+),\[\],null,\[\],null,false,null,(-?\d+)\]"
-)
 
 
-@dataclass(slots=True)
-class TimerState:
-    """What the timer keeps per job (see the module docstring)."""
-
-    job_id: str
-    version: int
-    job_bytes: bytes
-    status: str
-    sched_tick_ms: int | None = None  # the pending scheduled tick, if any
-    sched_fire_ms: int | None = None  # the time its wheel key carries (wheel.place_ms)
-    fast: bool = False  # the pending scheduled entry may fire without this state
-    last_tick_ms: int | None = None  # newest scheduled tick that got its outcome
-    running: list[int] = field(default_factory=list)  # ticks of executions in flight
-    queued: tuple[int, str] | None = None  # (tick, trigger) waiting for the running one
-    manual: list[tuple[int, int]] = field(default_factory=list)  # pending (key ms, tick)
-    manual_done_ms: int | None = None  # newest manual_fire_at_ms accepted
-    completed: bool = False  # a one-off whose execution has its final outcome
-    tombstone_fire_ms: int | None = None  # when the finished one-off is deleted
-    decoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)
-    # (the job_bytes it was derived from, run_at_ms of a one-off or None): stored with the
-    # state so that a finished execution needs no Job decode; rederived when job_bytes change.
-    run_at: tuple[bytes, int | None] | None = field(default=None, repr=False, compare=False)
-
-    def job(self, scope: Scope) -> dict[str, Any]:
-        """The Job record as a dict, decoded once per load."""
-        if self.decoded is None:
-            self.decoded = scope.env.decode_job(self.job_bytes)
-        return self.decoded
-
-    def one_off_run_at_ms(self, scope: Scope) -> int | None:
-        """The run time of a one-off job, None for any other (cron, dependent) job."""
-        run_at = self.run_at
-        if run_at is None or run_at[0] is not self.job_bytes:
-            job = self.job(scope)
-            run_at = self.run_at = (
-                self.job_bytes,
-                job["run_at_ms"] if job["cron"] is None else None,
-            )
-        return run_at[1]
-
-    @property
-    def key(self) -> bytes:
-        return self.job_id.encode()
+def encode_state(scope: Scope, state: TimerState) -> bytes:
+    """The stored form of ``state`` (``stored_state.py``)."""
+    return scope.env.states.encode(state)
 
 
-def encode_state(state: TimerState) -> bytes:
-    """The stored form: format byte, 4-byte length, JSON of the fields, the Job bytes.
-
-    The one-off run time goes last, and only when derived from these very Job bytes; a state
-    without it (also one written before it existed) derives it from the Job when asked.
-    """
-    # orjson writes the same compact JSON as json.dumps (UTF-8 instead of \u escapes, which
-    # json.loads reads too) ~10x faster, tuples as arrays: one call, no per-field copies.
-    fields: tuple[Any, ...] = (
-        state.job_id,
-        state.version,
-        state.status,
-        state.sched_tick_ms,
-        state.sched_fire_ms,
-        state.fast,
-        state.last_tick_ms,
-        state.running,
-        state.queued,
-        state.manual,
-        state.manual_done_ms,
-        state.completed,
-        state.tombstone_fire_ms,
-    )
-    run_at = state.run_at
-    if run_at is not None and run_at[0] is state.job_bytes:
-        fields += (run_at[1],)
-    body = orjson.dumps(fields)
-    return _PACK_HEADER(_FORMAT, len(body)) + body + state.job_bytes
-
-
-def decode_state(data: bytes) -> TimerState:
-    """The state :func:`encode_state` wrote."""
-    if data[:1] != _FORMAT_BYTE:
-        raise ValueError(f"unknown timer state format {data[:1]!r}")
-    end = 5 + _UNPACK_SIZE(data, 1)[0]
-    meta = orjson.loads(data[5:end])
-    job_bytes = data[end:]
-    # Unpacked at once and passed by position: half the cost of indexing field by field
-    # (a finished execution decodes one state).
-    run_at: tuple[bytes, int | None] | None = None
-    if len(meta) > _RUN_AT:
-        run_at = (job_bytes, meta[_RUN_AT])
-        meta = meta[:_RUN_AT]
-    (job_id, version, status, sched_tick_ms, sched_fire_ms, fast, last_tick_ms, running,
-     queued, manual, manual_done_ms, completed, tombstone_fire_ms) = meta  # fmt: skip
-    return TimerState(
-        job_id,
-        version,
-        job_bytes,
-        status,
-        sched_tick_ms,
-        sched_fire_ms,
-        fast,
-        last_tick_ms,
-        running,
-        (queued[0], queued[1]) if queued is not None else None,
-        [(entry[0], entry[1]) for entry in manual] if manual else [],
-        manual_done_ms,
-        completed,
-        tombstone_fire_ms,
-        None,
-        run_at,
-    )
+def decode_state(scope: Scope, data: bytes) -> TimerState:
+    """The state :func:`encode_state` wrote, or one stored in format 1."""
+    return scope.env.states.decode(data, scope.env.decode_job)
 
 
 def started_is_known(scope: Scope, job_id: bytes, tick_ms: int) -> bool:
     """True when a STARTED of ``tick_ms`` changes nothing: the job is unknown, or
     :func:`load_state` would find the execution in flight already.
 
-    Reads the stored JSON only (no state object): the timer marks what it emits as in
+    Reads the stored tail only (no state object): the timer marks what it emits as in
     flight, so this answers the STARTED of nearly every execution. False: load the state.
     """
     data = scope.jobs.get(job_id)
     if data is None:
         return True
-    if data[0] != _FORMAT:
-        return False  # load_state names the problem
-    meta = orjson.loads(data[5 : 5 + int.from_bytes(data[1:5], "big")])
-    running: list[int] = meta[7]
-    fast_tick_ms, fast_fire_ms = (meta[3], meta[4]) if meta[5] else (None, None)
+    states = scope.env.states
+    tail_at = states.tail_at(data)
+    if tail_at < 0:
+        return False
+    view = _started_view(states, data[tail_at:])
+    if view is None:
+        return False
+    running, fast_tick_ms, fast_fire_ms = view
     if fast_tick_ms is None or fast_fire_ms is None:
         return tick_ms in running
     if not _fast_entry_fired(scope, keys.schedule_key(fast_fire_ms, job_id)):
@@ -183,72 +76,96 @@ def started_is_known(scope: Scope, job_id: bytes, tick_ms: int) -> bool:
     # load_state applies the fire of the fast entry: its tick joins the list as mark_running
     # adds it, the oldest dropping out of a full list.
     if fast_tick_ms not in running:
-        running = [*running, fast_tick_ms]
+        running = (*running, fast_tick_ms)
         overflow = len(running) - scope.env.max_running_per_job
         if overflow > 0:
             running = running[overflow:]
     return tick_ms in running
 
 
+@lru_cache(maxsize=4096)
+def _started_view(
+    states: StoredStates, tail: bytes
+) -> tuple[tuple[int, ...], int | None, int | None] | None:
+    """(ticks in flight, tick and wheel key time of a pending fast entry) in a stored tail;
+    None when it does not read. Remembered: a herd's states share their tails."""
+    fields = states.tail_fields(tail)
+    if fields is None:
+        return None
+    running = tuple(fields["running"])
+    if not fields["fast"]:
+        return running, None, None
+    return running, fields["sched_tick_ms"], fields["sched_fire_ms"]
+
+
 def complete_fired_one_off(
     scope: Scope, job_id: bytes, tick_ms: int, retain: Callable[[Scope, bytes], int]
 ) -> bool:
     """Apply the final result of ``tick_ms`` to a one-off whose fast entry fired that tick,
-    by rewriting the stored JSON in place; False (nothing done) for any other state.
+    by re-encoding the stored tail alone; False (nothing done) for any other state.
 
     The case of nearly every finished execution of a herd: the state still says "pending,
-    fast", nothing else in flight or queued, the run time is ``tick_ms``. Loading it would
-    apply the fire (tick settled, in flight) and the result would end it and complete the
-    job: the fields after the status become exactly what :func:`save_state` then writes,
-    with ``retain(scope, job_id)`` as the tombstone time, and the bytes before them stay.
+    fast", nothing in flight or queued, the run time is ``tick_ms``. Loading it would apply
+    the fire (tick settled, in flight) and the result would end it and complete the job:
+    the tail becomes exactly what :func:`save_state` then writes, with
+    ``retain(scope, job_id)`` as the tombstone time, and the bytes before it stay.
     """
     data = scope.jobs.get(job_id)
-    if data is None or data[0] != _FORMAT:
+    if data is None:
         return False
-    end = 5 + _UNPACK_SIZE(data, 1)[0]
-    # The status ends with the last quote: the tail matched holds none, so the 11 values
-    # after it are the last 11 of the 14 stored fields (a 13-field state never matches).
-    status_end = data.rfind(b'",', 5, end) + 1
-    if not status_end:
+    states = scope.env.states
+    tail_at = states.tail_at(data)
+    if tail_at < 0:
         return False
-    pending = _pending_fast_one_off(data[status_end:end])
+    tail = data[tail_at:]
+    pending = _pending_fast_one_off(states, tail)
     if pending is None or pending[0] != tick_ms:
         return False
     if not _fast_entry_fired(scope, keys.schedule_key(pending[1], job_id)):
         return False
-    tail = _completed_one_off_tail(tick_ms, retain(scope, job_id))
-    header = _PACK_HEADER(_FORMAT, status_end - 5 + len(tail))
-    scope.jobs.set(job_id, b"".join((header, data[5:status_end], tail, data[end:])))
+    completed = _completed_one_off_tail(states, tail, tick_ms, retain(scope, job_id))
+    scope.jobs.set(job_id, data[:tail_at] + completed)
     return True
 
 
 @lru_cache(maxsize=4096)
-def _pending_fast_one_off(tail: bytes) -> tuple[int, int] | None:
-    """(run time, wheel key time) of a one-off waiting on its fast entry for its run time, from
-    the stored JSON after its status; None for any other tail.
+def _pending_fast_one_off(states: StoredStates, tail: bytes) -> tuple[int, int] | None:
+    """(run time, wheel key time) of a one-off waiting on its fast entry for its run time,
+    with nothing in flight, queued or completed, from its stored tail; None for any other.
 
     Remembered: a herd's one-offs share one tail.
     """
-    match = _FAST_ONE_OFF_TAIL.fullmatch(tail)
-    if match is None:
+    fields = states.tail_fields(tail)
+    if fields is None or not fields["fast"]:
         return None
-    sched_tick, sched_fire, run_at = match.group(1, 2, 3)
-    # Equal bytes in orjson's form only, as a comparison with b"%d" % tick would find.
-    if sched_tick != run_at or b"%d" % int(run_at) != run_at:
+    run_at_ms, fire_ms = fields["one_off_run_at_ms"], fields["sched_fire_ms"]
+    if run_at_ms is None or fields["sched_tick_ms"] != run_at_ms or fire_ms is None:
         return None
-    return int(run_at), int(sched_fire)
+    if fields["running"] or fields["queued"] is not None or fields["completed"]:
+        return None
+    return run_at_ms, fire_ms
 
 
 @lru_cache(maxsize=64)
-def _completed_one_off_tail(tick_ms: int, tombstone_fire_ms: int) -> bytes:
-    """The JSON after the status of a one-off completed at ``tick_ms``, as save_state writes
-    it: no pending entry, ``tick_ms`` settled, nothing in flight, the tombstone time, the run
-    time."""
-    return b",null,null,false,%d,[],null,[],null,true,%d,%d]" % (
-        tick_ms,  # last_tick_ms
-        tombstone_fire_ms,
-        tick_ms,  # the one-off's run time
+def _completed_one_off_tail(
+    states: StoredStates, tail: bytes, tick_ms: int, tombstone_fire_ms: int
+) -> bytes:
+    """The tail of the pending one-off ``tail`` once its execution of ``tick_ms`` ended, as
+    save_state writes it: the fire applied as load_state applies it (tick settled, no entry
+    pending), then the result as apply_to_state applies it (nothing in flight, completed,
+    listed for its tombstone)."""
+    fields = states.tail_fields(tail)
+    assert fields is not None  # _pending_fast_one_off read it
+    fields.update(
+        sched_tick_ms=None,
+        sched_fire_ms=None,
+        fast=False,
+        last_tick_ms=tick_ms,
+        running=[],
+        completed=True,
+        tombstone_fire_ms=tombstone_fire_ms,
     )
+    return states.encode_tail(fields)
 
 
 def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
@@ -256,7 +173,7 @@ def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
     data = scope.jobs.get(job_id)
     if data is None:
         return None
-    state = decode_state(data)
+    state = decode_state(scope, data)
     if state.fast and state.sched_fire_ms is not None and state.sched_tick_ms is not None:
         if not _fast_entry_fired(scope, keys.schedule_key(state.sched_fire_ms, job_id)):
             return state
@@ -281,9 +198,7 @@ def save_state(scope: Scope, state: TimerState) -> None:
     tick_ms = state.sched_tick_ms
     if tick_ms is not None and fast_allowed(scope, state) != state.fast:
         set_schedule_entry(scope, state, tick_ms)
-    if state.decoded is not None:
-        state.one_off_run_at_ms(scope)  # stored with the state: no Job decode per result
-    scope.jobs.set(state.key, encode_state(state))
+    scope.jobs.set(state.key, encode_state(scope, state))
 
 
 def delete_state(scope: Scope, state: TimerState) -> None:

@@ -151,6 +151,23 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
         "raw_value": b"\xde\xad\xbe\xef",
         "dead_at_ms": 1_700_000_000_999,
     },
+    RecordKind.TIMER_STATE: {
+        "job_id": "reports.nightly",
+        "version": 3,
+        "status": "SCHEDULED",
+        "job_bytes": b"\xc3\x01\x00",
+        "one_off_run_at_ms": None,
+        "sched_tick_ms": 1_700_000_060_000,
+        "sched_fire_ms": 1_700_000_060_500,
+        "fast": False,
+        "last_tick_ms": 1_700_000_000_000,
+        "running": [1_700_000_000_000, -1],
+        "queued": {"tick_ms": 1_700_000_030_000, "trigger": "MANUAL"},
+        "manual": [{"key_ms": 1_700_000_040_000, "tick_ms": 1_700_000_040_000}],
+        "manual_done_ms": 1_700_000_040_000,
+        "completed": False,
+        "tombstone_fire_ms": None,
+    },
 }
 MINIMAL_DUE = {
     "execution_id": "j@1",

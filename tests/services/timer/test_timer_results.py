@@ -1,10 +1,11 @@
 """Applying ``job-results`` cheaply changes nothing: the fast paths against the full ones.
 
-Three shortcuts serve the two results of nearly every execution (see ``state.py`` and
+Four shortcuts serve the two results of nearly every execution (see ``state.py`` and
 ``results.py``): the ResultReader instead of the codec, a STARTED answered from the stored
-JSON (:func:`started_is_known`), and a one-off's run time stored with its state (no Job
-decode per SUCCEEDED). Each is checked here against what the full path does, on the
-in-memory fakes of ``test_timer_logic``.
+state's tail (:func:`started_is_known`), a one-off's run time stored with its state (no Job
+decode per SUCCEEDED), and the SUCCEEDED of a fired fast one-off re-encoding the tail alone
+(:func:`complete_fired_one_off`). Each is checked here against what the full path does, on
+the in-memory fakes of ``test_timer_logic``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,12 +25,12 @@ from services.timer.state import (
     decode_state,
     encode_state,
     load_state,
-    mark_running,
     started_is_known,
 )
 from services.timer.wheel import WATERMARK_KEY
 from streams.codec import RecordKind
 from streams.result_reader import ResultFields
+from tests.services.timer.test_stored_state import format_1_bytes
 from tests.services.timer.test_timer_logic import (
     CODEC,
     T0,
@@ -138,23 +138,27 @@ def test_a_one_off_completes_without_decoding_its_job() -> None:
     assert keys.tombstone_key(state.tombstone_fire_ms, b"c") in timer.wheel.data
 
 
-def test_a_state_stored_without_the_run_time_derives_it_from_the_job_once() -> None:
-    """States written before the run time was stored (13 JSON fields) still complete."""
+def test_states_stored_in_format_1_still_load_and_complete() -> None:
+    """States stored before ``timer_state.v1.avsc`` (format 1, here from before the run time
+    was kept: it is derived from the Job) load as they were, and are saved as the record."""
     timer = Timer()
     timer.submit(one_off("old", T0 + 1_000), T0)
     timer.submit(cron_job("old-cron", "0 0 1 1 *", T0), T0)
     for job_id in (b"old", b"old-cron"):
-        _store_in_the_old_format(timer, job_id)
         state = load_state(timer.scope(T0), job_id)
-        assert state is not None and state.run_at is None
-    timer.punctuate(T0 + 1_000)
+        assert state is not None
+        timer.jobs.data[job_id] = format_1_bytes(state, with_run_at=False)
+        assert load_state(timer.scope(T0), job_id) == state
+    timer.punctuate(T0 + 1_000)  # a fast fire: the stored state is left as it was
+    assert timer.jobs.data[b"old"][:1] == b"\x01"
     timer.result("old", T0 + 1_000, "SUCCEEDED", T0 + 1_200)
     state = load_state(timer.scope(T0 + 1_300), b"old")
-    assert state is not None and state.completed
-    assert state.run_at is not None and state.run_at[1] == T0 + 1_000  # stored now
+    assert state is not None and state.completed and state.one_off_run_at_ms == T0 + 1_000
+    assert timer.jobs.data[b"old"][:2] == b"\xc3\x01"  # saved as the record
     timer.result("old-cron", T0 + 1_000, "SUCCEEDED", T0 + 1_300)  # a cron job never completes
     cron_state = load_state(timer.scope(T0 + 1_400), b"old-cron")
     assert cron_state is not None and not cron_state.completed
+    assert cron_state.one_off_run_at_ms is None
 
 
 def test_an_updated_one_off_completes_only_at_its_new_run_time() -> None:
@@ -165,7 +169,7 @@ def test_an_updated_one_off_completes_only_at_its_new_run_time() -> None:
     timer.result("u", T0 + 1_000, "SUCCEEDED", T0 + 2)  # the old run time: not this one-off's
     state = load_state(timer.scope(T0 + 3), b"u")
     assert state is not None and not state.completed
-    assert state.run_at is not None and state.run_at[1] == T0 + 9_000
+    assert state.one_off_run_at_ms == T0 + 9_000
     timer.punctuate(T0 + 9_000)
     timer.result("u", T0 + 9_000, "SUCCEEDED", T0 + 9_100)
     state = load_state(timer.scope(T0 + 9_200), b"u")
@@ -200,9 +204,11 @@ def test_started_is_known_agrees_with_load_state(
 ) -> None:
     timer = Timer(max_running_per_job=max_running)
     job_bytes = CODEC.encode(RecordKind.JOB, one_off("p", T0 + 1_000).to_avro())
-    state = TimerState("p", 1, job_bytes, "SCHEDULED", sched_tick_ms, sched_fire_ms, fast)
+    state = TimerState(
+        "p", 1, "SCHEDULED", job_bytes, T0 + 1_000, sched_tick_ms, sched_fire_ms, fast
+    )
     state.running = running[-max_running:]
-    timer.jobs.set(b"p", encode_state(state))
+    timer.jobs.set(b"p", encode_state(timer.scope(T0), state))
     if watermark_ms is not None:
         timer.jobs.set(WATERMARK_KEY, keys.pack_ms(watermark_ms))
     if entry_in_wheel and sched_fire_ms is not None:
@@ -219,9 +225,9 @@ def test_started_is_known_for_an_unknown_job_and_a_full_running_list() -> None:
     assert started_is_known(scope, b"missing", T0)
     job_bytes = CODEC.encode(RecordKind.JOB, one_off("a", T0 + 1_000, overlap="ALLOW").to_avro())
     # Two in flight and a fired fast entry: loading adds its tick and drops the oldest one.
-    state = TimerState("a", 1, job_bytes, "SCHEDULED", T0 + 3_000, T0 + 3_000, True)
+    state = TimerState("a", 1, "SCHEDULED", job_bytes, T0 + 1_000, T0 + 3_000, T0 + 3_000, True)
     state.running = [T0 + 1_000, T0 + 2_000]
-    timer.jobs.set(b"a", encode_state(state))
+    timer.jobs.set(b"a", encode_state(timer.scope(T0), state))
     timer.jobs.set(WATERMARK_KEY, keys.pack_ms(T0 + 4_000))
     assert not started_is_known(timer.scope(T0 + 4_000), b"a", T0 + 1_000)  # dropped
     assert started_is_known(timer.scope(T0 + 4_000), b"a", T0 + 2_000)
@@ -229,33 +235,6 @@ def test_started_is_known_for_an_unknown_job_and_a_full_running_list() -> None:
     apply_result(timer.scope(T0 + 4_000), b"a", ResultFields("a", T0 + 1_000, "STARTED"))
     loaded = load_state(timer.scope(T0 + 4_000), b"a")
     assert loaded is not None and loaded.running == [T0 + 3_000, T0 + 1_000]
-
-
-def test_the_stored_form_round_trips_with_and_without_the_run_time() -> None:
-    timer = Timer()
-    job_bytes = CODEC.encode(RecordKind.JOB, one_off("r", T0 + 1_000).to_avro())
-    state = TimerState("r", 3, job_bytes, "SCHEDULED", T0 + 1_000, T0 + 1_000, False)
-    mark_running(timer.scope(T0), state, T0 - 5)
-    state.queued, state.manual = (T0 + 7, "MANUAL"), [(T0 + 8, T0 + 9)]
-    without = decode_state(encode_state(state))
-    assert without == state and without.run_at is None
-    assert state.one_off_run_at_ms(timer.scope(T0)) == T0 + 1_000
-    with_run_at = decode_state(encode_state(state))
-    assert with_run_at == state and with_run_at.run_at is not None
-    assert with_run_at.run_at[1] == T0 + 1_000
-    assert with_run_at.one_off_run_at_ms(timer.scope(T0)) == T0 + 1_000
-    # A reader that predates the field ignores it: the first 13 fields are as they were.
-    meta = orjson.loads(encode_state(state)[5 : -len(job_bytes)])
-    assert len(meta) == 14 and meta[:13] == orjson.loads(encode_state(without)[5 : -len(job_bytes)])
-
-
-def _store_in_the_old_format(timer: Timer, job_id: bytes) -> None:
-    """Rewrite the job's stored state as the timer wrote it before the run time was kept."""
-    data = timer.jobs.data[job_id]
-    size = int.from_bytes(data[1:5], "big")
-    meta = orjson.loads(data[5 : 5 + size])[:13]
-    body = orjson.dumps(meta)
-    timer.jobs.data[job_id] = data[:1] + len(body).to_bytes(4, "big") + body + data[5 + size :]
 
 
 def _no_job_decoding(env: Any) -> Any:
@@ -315,18 +294,20 @@ def test_a_final_result_without_started_ends_the_run_of_a_cron_job() -> None:
     ]
 
 
-# --- a final result of a fired fast one-off rewrites the stored JSON: exactly the full path --
+# --- a final result of a fired fast one-off re-encodes the stored tail: exactly the full path
 
 _FINAL_OR_STARTED = ["SUCCEEDED", "DEAD_LETTER", "SKIPPED", "CANCELLED", "STARTED", "FAILED"]
-# Ids whose JSON holds quotes, commas and what looks like the tail of a state.
-job_ids = st.sampled_from(["p", 'q"uo,te', "ünï", 'x",1,2,true,null,[],null,[],null,false,null,3]'])
+# Ids of other lengths, and ones that held what looks like a state's tail in format 1.
+job_ids = st.sampled_from(
+    ["p", 'q"uo,te', "ünï" * 50, 'x",1,2,true,null,[],null,[],null,false,null,3]']
+)
 
 
 # Each field of a state: what a herd's fired fast one-off has, and any value it may hold.
 _HERD_CASE: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
     "cron": (False, st.booleans()),
     "run_at_ms": (T0 + 1_000, ticks),
-    "run_at_stored": (True, st.booleans()),
+    "stored_as": ("record", st.sampled_from(["record", "format 1", "format 1 without run time"])),
     "running": ([], st.lists(ticks, max_size=3, unique=True)),
     "fast": (True, st.booleans()),
     "sched_tick_ms": (T0 + 1_000, st.none() | ticks),
@@ -368,19 +349,22 @@ def test_results_change_the_stores_as_applying_them_to_the_loaded_state_does(
     }
     job = cron_job(job_id, "0 0 1 1 *", T0) if v["cron"] else one_off(job_id, v["run_at_ms"])
     job_bytes = CODEC.encode(RecordKind.JOB, job.to_avro())
+    run_at_ms = None if v["cron"] else job.run_at_ms
     state = TimerState(
-        job_id, 1, job_bytes, "SCHEDULED", v["sched_tick_ms"], sched_fire_ms, v["fast"]
+        job_id, 1, "SCHEDULED", job_bytes, run_at_ms, v["sched_tick_ms"], sched_fire_ms, v["fast"]
     )
     state.running, state.queued = v["running"][-max_running:], v["queued"]
     state.completed, state.last_tick_ms = v["completed"], v["last_tick_ms"]
     state.tombstone_fire_ms = v["tombstone_fire_ms"]
-    if v["run_at_stored"]:
-        state.run_at = (job_bytes, None if v["cron"] else job.run_at_ms)
     key = job_id.encode()
     timers = []
     for _ in range(2):
         timer = Timer(max_running_per_job=max_running, one_off_retention_ms=60_000)
-        timer.jobs.set(key, encode_state(state))
+        if v["stored_as"] == "record":
+            timer.jobs.set(key, encode_state(timer.scope(T0), state))
+        else:
+            with_run_at = v["stored_as"] == "format 1"
+            timer.jobs.set(key, format_1_bytes(state, with_run_at=with_run_at))
         if watermark_ms is not None:
             timer.jobs.set(WATERMARK_KEY, keys.pack_ms(watermark_ms))
         if entry_in_wheel and sched_fire_ms is not None:
@@ -414,10 +398,57 @@ def test_a_herds_finished_one_off_completes_from_its_stored_bytes() -> None:
     assert state.last_tick_ms == T0 + 1_000
     assert (state.sched_tick_ms, state.sched_fire_ms) == (None, None)
     assert state.tombstone_fire_ms == T0 + 1_200 + 60_000
-    assert state.run_at is not None and state.run_at[1] == T0 + 1_000
+    assert state.one_off_run_at_ms == T0 + 1_000
     assert state.job_bytes == CODEC.encode(RecordKind.JOB, one_off("done", T0 + 1_000).to_avro())
     # Completed: a repeated result finds nothing to do and changes nothing.
     stored = dict(timer.jobs.data)
     assert not complete_fired_one_off(scope, b"done", T0 + 1_000, retain)
     apply_result(scope, b"done", ResultFields("done", T0 + 1_000, "SUCCEEDED"))
     assert timer.jobs.data == stored
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    job_id=st.text(min_size=1, max_size=30),
+    version=st.integers(1, 2**40),
+    status=st.sampled_from(["SCHEDULED", "PAUSED"]),
+    last_tick_ms=st.none() | ticks,
+    manual=st.lists(st.tuples(ticks, ticks), max_size=2),
+    manual_done_ms=st.none() | ticks,
+    tombstone_fire_ms=st.none() | ticks,
+)
+def test_completing_a_fired_one_off_is_decoding_changing_and_encoding_its_state(
+    job_id: str,
+    version: int,
+    status: str,
+    last_tick_ms: int | None,
+    manual: list[tuple[int, int]],
+    manual_done_ms: int | None,
+    tombstone_fire_ms: int | None,
+) -> None:
+    """The tail the shortcut writes gives the bytes of the decoded state, changed as the fire
+    and the result change it, encoded whole: whatever the fields it leaves alone hold."""
+    timer = Timer(one_off_retention_ms=60_000)
+    job_bytes = CODEC.encode(RecordKind.JOB, one_off(job_id, T0 + 1_000).to_avro())
+    pending = TimerState(
+        job_id, version, status, job_bytes, T0 + 1_000, T0 + 1_000, T0 + 1_000, True,
+        last_tick_ms, manual=manual, manual_done_ms=manual_done_ms,
+        tombstone_fire_ms=tombstone_fire_ms,
+    )  # fmt: skip
+    key = job_id.encode()
+    scope = timer.scope(T0 + 1_200)
+    timer.jobs.set(key, encode_state(scope, pending))
+    timer.jobs.set(WATERMARK_KEY, keys.pack_ms(T0 + 1_001))  # the fast entry fired
+    before = decode_state(scope, timer.jobs.data[key])
+    assert complete_fired_one_off(scope, key, T0 + 1_000, retain)
+    after = dataclasses.replace(
+        before,
+        sched_tick_ms=None,
+        sched_fire_ms=None,
+        fast=False,
+        last_tick_ms=T0 + 1_000,
+        running=[],
+        completed=True,
+        tombstone_fire_ms=T0 + 1_200 + 60_000,
+    )
+    assert timer.jobs.data[key] == encode_state(scope, after)
