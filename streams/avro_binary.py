@@ -1,10 +1,10 @@
 """Avro binary primitives for the hot paths that splice record bytes instead of encoding dicts.
 
 The ingest bulk path, the timer's DueEvent prefixes and the executor's results all write a
-few fields by hand around bytes that were encoded once, and the timer's Job and
-ExecutionResult readers read fields one by one; these are their shared pieces. Each caller
-proves its layout against the codec (at start-up or in tests), and
-``tests/streams/test_avro_binary.py`` proves these against fastavro.
+few fields by hand around bytes that were encoded once, and the record decoders generated
+from the schemas (:mod:`streams.avro_source`) read varints with :func:`read_long`; these are
+their shared pieces. Each caller proves its layout against the codec (at start-up or in
+tests), and ``tests/streams/test_avro_binary.py`` proves these against fastavro.
 """
 
 from __future__ import annotations

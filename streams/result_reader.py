@@ -2,56 +2,38 @@
 
 The timer applies two results per execution (STARTED, SUCCEEDED) and needs three of their
 fourteen fields: ``job_id``, ``scheduled_for_ms`` and ``status``. fastavro's generic reader
-costs ~12 us a record here; :class:`ResultReader` walks the record field by field, checks
-every field as the codec would (lengths, UTF-8, union branches, enum ranges, nothing left
-over) but builds only those three values. The fields from ``scheduled_for_ms`` to
-``worker_id`` are checked once per distinct byte string and then known by it (an executor's
-results of one tick and status share them): most records then cost two id decodes, a dict
-lookup and one regular expression over the times after them.
+costs ~12 us a record here; :class:`ResultReader` serves the decoder
+:func:`~streams.avro_reader.generate_reader` derives from the ExecutionResult schema for
+those three fields: it checks every field as the codec would (lengths, UTF-8, union
+branches, enum ranges, nothing left over) but builds only those three values. The fields
+from ``scheduled_for_ms`` to ``worker_id`` are kept by their bytes (an executor's results
+of one tick and status share them): most records then cost two id decodes, a comparison of
+those bytes and one regular expression over the times after them.
 
 It is exact or unused: it serves only records whose fingerprint is the codec's writer
 schema for ExecutionResult when that schema is also the reader schema (no resolution), and
 only after proving, at construction, that probe records covering every status, trigger and
 union branch read exactly as the codec decodes them. It accepts a record only when it is
 sure the codec would accept it with the same values; anything else (a varint longer than
-9 bytes, an ``attempt`` outside 32 bits, any record it cannot parse) goes to
-:meth:`Codec.decode`, which returns the record or raises the usual :class:`DecodeError`.
+9 bytes, any record it cannot parse) goes to :meth:`Codec.decode`, which returns the record
+or raises the usual :class:`DecodeError`.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple
 
-from streams.avro_binary import MAX_READ_LONG_BYTES, read_long
+from streams.avro_binary import MAX_READ_LONG_BYTES
+from streams.avro_reader import GeneratedReader, Memo, UnsupportedSchemaError, generate_reader
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.exceptions import DecodeError, InvalidRecordError
 from streams.fast_path import FastPath
 from streams.records import ExecutionStatus, Trigger
 from streams.result_probes import result_probes
 
-_STATUS = tuple(status.value for status in ExecutionStatus)
-_TRIGGER_COUNT = len(Trigger)
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_MAX_CACHED_HEADS = 4096
-_MAX_CACHED_HEAD_BYTES = 128  # an executor's: ~12 bytes and its worker id
-_MAX_HEAD_SIZES = 8  # sizes tried per record: executors with worker ids of that many sizes
-# Builds a ResultFields without the Python frame of its generated __new__.
-_new_fields = tuple.__new__
-
-# The common shape, checked by two regular expressions instead of a Python step per field.
-# A varint of at most 9 bytes (what read_long reads); ``attempt`` of at most 4 (28 bits:
-# always an Avro int); the status enum index 0-9 and the trigger index 0-5 (zig-zag: the
-# even bytes below 20 / 12).
-_VARINT = rb"[\x80-\xff]{0,%d}[\x00-\x7f]" % (MAX_READ_LONG_BYTES - 1)
-_AFTER_IDS = re.compile(
-    b"(" + _VARINT + rb")[\x80-\xff]{0,3}[\x00-\x7f]"
-    + b"[" + bytes(range(0, 2 * len(_STATUS), 2)) + b"]"
-)  # fmt: skip
-_OPTIONAL_LONG = rb"(?:\x00|\x02" + _VARINT + b")"
-_TAIL = re.compile(
-    _OPTIONAL_LONG * 3 + b"[" + bytes(range(0, 2 * _TRIGGER_COUNT, 2)) + b"]" + _VARINT * 2
-)  # started_at_ms, finished_at_ms, next_attempt_at_ms, trigger, job_version, recorded_at_ms
+# What an executor's results of one tick and status share: ~12 bytes and its worker id. An
+# execution's STARTED and SUCCEEDED alternate: looked up at once, not compared with the last.
+_SHARED_RUN = Memo("scheduled_for_ms", "worker_id", max_key_bytes=128, try_last=False)
 
 
 class ResultFields(NamedTuple):
@@ -67,69 +49,19 @@ def fields_of(record: dict[str, Any]) -> ResultFields:
     return ResultFields(record["job_id"], record["scheduled_for_ms"], record["status"])
 
 
-def _skip_text(data: bytes, pos: int) -> int:
-    """The position after the string at ``pos``, checked to be UTF-8 as the codec checks."""
-    size, pos = read_long(data, pos)
-    end = pos + size
-    if size < 0 or end > len(data):
-        raise ValueError("bad string length")
-    data[pos:end].decode()
-    return end
-
-
-def _skip_optional_text(data: bytes, pos: int) -> int:
-    branch = data[pos]
-    if branch == 0:
-        return pos + 1
-    if branch != 2:
-        raise ValueError("bad union branch")
-    return _skip_text(data, pos + 1)
-
-
-def _skip_optional_long(data: bytes, pos: int) -> int:
-    branch = data[pos]
-    if branch == 0:
-        return pos + 1
-    if branch != 2:
-        raise ValueError("bad union branch")
-    return read_long(data, pos + 1)[1]
-
-
-def _read_head(data: bytes, pos: int) -> tuple[int, int, str] | None:
-    """The end, ``scheduled_for_ms`` and ``status`` of the fields from ``scheduled_for_ms`` to
-    ``worker_id`` of a common-shape result at ``pos``, checked as the codec reads them; None
-    for any other shape."""
-    after_ids = _AFTER_IDS.match(data, pos)
-    if after_ids is None:
-        return None
-    pos = after_ids.end()
-    if data[pos] or data[pos + 1]:  # a reason or an error
-        return None
-    branch = data[pos + 2]  # worker_id
-    if branch == 0:
-        end = pos + 3
-    elif branch == 2:
-        end = _skip_text(data, pos + 3)
-    else:
-        return None
-    return end, read_long(after_ids.group(1), 0)[0], _STATUS[data[pos - 1] >> 1]
-
-
 class ResultReader:
     """Reads :class:`ResultFields` of ExecutionResult records exactly as the codec decodes them."""
 
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
-        self._header = SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(RecordKind.EXECUTION_RESULT)
-        # (scheduled_for_ms, status) by the bytes from scheduled_for_ms to worker_id, and
-        # the sizes of those (see _read_common).
-        self._heads: dict[bytes, tuple[int, str]] = {}
-        self._head_sizes: list[int] = []
-        self.enabled = self._resolution_free() and self._proven()
+        self._decoder, why_off = self._proven_decoder()
+        self.enabled = self._decoder is not None
         self.fast_path = FastPath(
-            "the fast ExecutionResult reader (streams/result_reader.py)", self.enabled
+            "the fast ExecutionResult reader (streams/result_reader.py)", self.enabled, why_off
         )
-        self._served_header = self._header if self.enabled else None
+        header = SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(RecordKind.EXECUTION_RESULT)
+        self._served_header = header if self.enabled else None
+        self._read = self._decoder.read if self._decoder is not None else _unserved
         # The bounds (schemas/bounds.json) of the fields read, which are all the timer acts
         # on: a result breaking a bound of another field still settles its execution.
         self._check = codec.bounds.checker(
@@ -141,124 +73,57 @@ class ResultReader:
     def read(self, data: bytes) -> ResultFields:
         """The fields of the ExecutionResult in ``data``; raises :class:`DecodeError` if not one,
         and its subclass :class:`InvalidRecordError` when one of those fields breaks its bound."""
+        fields: ResultFields | None = None
         if data[:HEADER_LEN] == self._served_header:
             try:
-                fields = self._read_common(data) or self._read(data)
+                fields = self._read(data)
             except (IndexError, ValueError):
-                pass  # the codec names what is wrong with it
-            else:
-                return self._checked(fields)
-        self.fast_path.fell_back()
-        record = self._codec.decode(RecordKind.EXECUTION_RESULT, data, check=False)
-        return self._checked(fields_of(record))
-
-    def _checked(self, fields: ResultFields) -> ResultFields:
+                fields = None  # the codec names what is wrong with it
+        if fields is None:
+            self.fast_path.fell_back()
+            fields = fields_of(self._codec.decode(RecordKind.EXECUTION_RESULT, data, check=False))
         reason = self._check(fields)
         if reason is not None:
             raise InvalidRecordError(reason)
         return fields
 
-    def _read_common(self, data: bytes) -> ResultFields | None:
-        """The fields of a result of the common shape, else None (see :data:`_AFTER_IDS`).
-
-        Both ids shorter than 64 bytes, no reason and no error: every STARTED and SUCCEEDED.
-        The fields from ``scheduled_for_ms`` to ``worker_id`` are checked once per distinct
-        byte string (:func:`_read_head`) and then known by it: an executor's results of one
-        tick and status share them (the times and ``job_version`` after them vary).
-        """
-        size = data[HEADER_LEN]  # execution_id
-        if size & 0x81:  # two varint bytes, or a negative length
-            return None
-        start = HEADER_LEN + 1
-        pos = start + (size >> 1)
-        data[start:pos].decode()
-        size = data[pos]  # job_id
-        if size & 0x81:
-            return None
-        start = pos + 1
-        pos = start + (size >> 1)
-        job_id = data[start:pos].decode()
-        heads = self._heads
-        # A slice cut short by the record's end may equal a shorter head: the times after
-        # it are then missing, and the tail does not match.
-        for head_size in self._head_sizes:
-            known = heads.get(data[pos : pos + head_size])
-            if known is not None:
-                if _TAIL.fullmatch(data, pos + head_size) is None:
-                    return None
-                return _new_fields(ResultFields, (job_id, *known))
-        head = _read_head(data, pos)
-        if head is None or _TAIL.fullmatch(data, head[0]) is None:
-            return None
-        end, tick_ms, status = head
-        self._remember_head(data[pos:end], (tick_ms, status))
-        return _new_fields(ResultFields, (job_id, tick_ms, status))
-
-    def _remember_head(self, head: bytes, fields: tuple[int, str]) -> None:
-        """Keep a checked head (bounded: a few sizes, a few thousand heads)."""
-        if len(head) > _MAX_CACHED_HEAD_BYTES:
-            return
-        sizes = self._head_sizes
-        if len(self._heads) >= _MAX_CACHED_HEADS or (
-            len(head) not in sizes and len(sizes) >= _MAX_HEAD_SIZES
-        ):
-            self._heads.clear()  # the results in flight refill it at once
-            sizes.clear()
-        if len(head) not in sizes:
-            sizes.append(len(head))
-        self._heads[head] = fields
-
-    def _read(self, data: bytes) -> ResultFields:
-        pos = _skip_text(data, HEADER_LEN)  # execution_id
-        size, start = read_long(data, pos)  # job_id
-        pos = start + size
-        if size < 0 or pos > len(data):
-            raise ValueError("bad string length")
-        job_id = data[start:pos].decode()
-        scheduled_for_ms, pos = read_long(data, pos)
-        attempt, pos = read_long(data, pos)
-        if not _INT_MIN <= attempt <= _INT_MAX:
-            raise ValueError("attempt outside an Avro int")
-        index, pos = read_long(data, pos)
-        if index < 0:
-            raise ValueError("negative enum index")
-        status = _STATUS[index]
-        pos = _skip_optional_text(data, pos)  # reason
-        pos = _skip_optional_text(data, pos)  # error
-        pos = _skip_optional_text(data, pos)  # worker_id
-        pos = _skip_optional_long(data, pos)  # started_at_ms
-        pos = _skip_optional_long(data, pos)  # finished_at_ms
-        pos = _skip_optional_long(data, pos)  # next_attempt_at_ms
-        trigger, pos = read_long(data, pos)
-        if not 0 <= trigger < _TRIGGER_COUNT:
-            raise ValueError("trigger index out of range")
-        pos = read_long(data, pos)[1]  # job_version
-        pos = read_long(data, pos)[1]  # recorded_at_ms
-        if pos != len(data):
-            raise ValueError("bytes left after the record")
-        return ResultFields(job_id, scheduled_for_ms, status)
-
-    def _resolution_free(self) -> bool:
-        """True when results of the writer schema decode without schema resolution."""
-        kind = RecordKind.EXECUTION_RESULT
-        return self._codec.writer_version(kind) == self._codec.reader_version(kind)
-
-    def _proven(self) -> bool:
-        """Do probe records covering every branch read exactly as the codec decodes them?"""
+    def _proven_decoder(self) -> tuple[GeneratedReader | None, str]:
+        """The decoder, if results need no resolution and it reads every probe as the codec
+        decodes it (each read fresh, then from the last run kept, then from the kept runs);
+        else None and why."""
+        codec, kind = self._codec, RecordKind.EXECUTION_RESULT
+        if codec.writer_version(kind) != codec.reader_version(kind):
+            return None, "results of this writer schema need resolution to the reader's"
         try:
-            for probe in _probes():
-                data = self._codec.encode(RecordKind.EXECUTION_RESULT, probe)
-                expected = self._codec.decode(RecordKind.EXECUTION_RESULT, data, check=False)
-                fields = fields_of(expected)
-                common = self._read_common(data)
-                if expected != probe or self._read(data) != fields or common not in (None, fields):
-                    return False
+            decoder = generate_reader(
+                codec.writer_schema(kind),
+                fields=ResultFields._fields,
+                memos=[_SHARED_RUN],
+                start=HEADER_LEN,
+                as_tuple=ResultFields,
+            )
+        except UnsupportedSchemaError as exc:
+            return None, f"the ExecutionResult schema has what it cannot read ({exc})"
+        try:
+            for _ in range(2):
+                for probe in _probes():
+                    data = codec.encode(kind, probe)
+                    expected = codec.decode(kind, data, check=False)
+                    if expected != probe:
+                        return None, ""
+                    for _ in range(2):
+                        if decoder.read(data) != fields_of(expected):
+                            return None, ""
         except (DecodeError, IndexError, ValueError, KeyError):
-            return False
+            return None, ""
         finally:
-            self._heads.clear()
-            self._head_sizes.clear()
-        return True
+            decoder.clear()
+        return decoder, ""
+
+
+def _unserved(data: bytes) -> ResultFields:
+    """The decoder of a reader that is off (never called: it serves no header)."""
+    raise ValueError("the fast ExecutionResult reader is off")
 
 
 def _probes() -> list[dict[str, Any]]:
@@ -268,7 +133,7 @@ def _probes() -> list[dict[str, Any]]:
     for i, status in enumerate(ExecutionStatus):
         for j, trigger in enumerate(Trigger):
             some = (i + j) % 2 == 0
-            records.append(  # read by _read_common
+            records.append(  # the executors' shape
                 {
                     "execution_id": f"j-{j}@{i}",
                     "job_id": f"j-{j}",

@@ -111,7 +111,85 @@ def test_jobs_differing_in_id_version_run_time_and_stamps_share_one_cache_entry(
         }
         data = CODEC.encode(RecordKind.JOB, record)
         assert reader.decode(data) == record
-    assert len(reader._bodies) <= 1 and len(reader._shared) <= 1
+    assert reader._decoder is not None
+    kept = {memo.memo.first: len(memo.entries) for memo in reader._decoder.memos}
+    assert set(kept) == {"status", "cron", "created_at_ms"} and max(kept.values()) <= 1
+    if reader.fast_path.fallbacks == 0:  # none had a 10-byte varint
+        assert kept == {"status": 1, "cron": 1, "created_at_ms": 1}
+
+
+def _outcome(read: Any, *args: Any) -> Any:
+    """The record read, INVALID when a bound refuses it, or the DecodeError's message."""
+    try:
+        return checked(read, *args)
+    except DecodeError as exc:
+        return f"DecodeError: {exc}"
+
+
+# One-off jobs within the bounds (schemas/bounds.json), as the timer sees them.
+epoch_ms = st.integers(0, 2**45)
+names = st.text(min_size=1, max_size=12)
+durations_ms = st.integers(0, 31_622_400_000)
+valid_jobs = st.fixed_dictionaries(
+    {
+        "job_id": names,
+        "version": st.integers(0, 2**60),
+        "status": st.sampled_from(["SCHEDULED", "PAUSED", "CANCELLED", "COMPLETED"]),
+        "handler": names,
+        "payload": st.binary(max_size=20),
+        "run_at_ms": epoch_ms,
+        "cron": st.none(),
+        "depends_on": st.just([]),
+        "priority": st.sampled_from(["HIGH", "NORMAL", "LOW"]),
+        "timeout_ms": st.integers(1, 31_622_400_000),
+        "retry": st.fixed_dictionaries(
+            {
+                "max_attempts": st.integers(1, 1000),
+                "initial_backoff_ms": durations_ms,
+                "multiplier": st.floats(1, 100),
+                "max_backoff_ms": durations_ms,
+                "jitter_ratio": st.floats(0, 1),
+            }
+        ),
+        "overlap": st.sampled_from(["SKIP", "QUEUE_ONE", "ALLOW", "REPLACE"]),
+        "catchup": st.sampled_from(["ALL", "LATEST", "NONE"]),
+        "catchup_window_ms": durations_ms,
+        "jitter_ms": st.integers(0, 86_400_000),
+        "tenant": names,
+        "labels": st.dictionaries(texts, texts, max_size=3),
+        "manual_fire_at_ms": st.none() | epoch_ms,
+        "idempotency_key": st.none() | texts,
+        "request_hash": st.none() | texts,
+        "created_at_ms": epoch_ms,
+        "updated_at_ms": epoch_ms,
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tagged=st.tuples(st.just(True), valid_jobs) | st.tuples(st.just(False), jobs),
+    run_ats=st.lists(epoch_ms, min_size=1, max_size=3),
+    flips=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 255)), min_size=1, max_size=2),
+)
+def test_damaged_jobs_decode_as_the_codec_decodes_them_or_raise_its_error(
+    tagged: tuple[bool, dict[str, Any]], run_ats: list[int], flips: list[tuple[int, int]]
+) -> None:
+    """Jobs sharing their runs of bytes, then damaged: the same record as the codec, or
+    both refuse it by a bound, or the same DecodeError."""
+    valid, job = tagged
+    reader = JobReader(CODEC)
+    for run_at_ms in run_ats:
+        data = CODEC.encode(RecordKind.JOB, {**job, "run_at_ms": run_at_ms})
+        fallbacks = reader.fast_path.fallbacks
+        assert _outcome(reader.decode, data) == _outcome(CODEC.decode, RecordKind.JOB, data)
+        if valid:  # within the bounds and no 10-byte varint: served by the fast path
+            assert reader.fast_path.fallbacks == fallbacks
+        for at, byte in flips:
+            at = HEADER_LEN + at % (len(data) - HEADER_LEN)
+            data = data[:at] + bytes([data[at] ^ byte]) + data[at + 1 :]
+        for _ in range(2):
+            assert _outcome(reader.decode, data) == _outcome(CODEC.decode, RecordKind.JOB, data)
 
 
 def test_decoded_records_share_no_containers() -> None:

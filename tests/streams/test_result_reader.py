@@ -90,6 +90,13 @@ def _reader_fields(reader: ResultReader, data: bytes) -> ResultFields | str:
         return f"DecodeError: {exc}"
 
 
+def _decode(reader: ResultReader, data: bytes) -> ResultFields:
+    """What the reader's generated decoder reads, with no fallback to the codec."""
+    assert reader._decoder is not None
+    fields: ResultFields = reader._decoder.read(data)
+    return fields
+
+
 def test_the_reader_is_proven_and_enabled_for_the_shipped_schema() -> None:
     assert READER.enabled
 
@@ -110,13 +117,13 @@ def test_reads_exactly_what_the_codec_decodes(
 @settings(max_examples=300, deadline=None)
 @given(record=common_results)
 def test_the_common_shape_is_read_by_the_fast_path(record: dict[str, Any]) -> None:
-    """Ids under 64 bytes, no reason or error: read without the field-by-field walk."""
+    """What executors write is read by the generated decoder, never left to the codec."""
     data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
     unchecked = fields_of(CODEC.decode(RecordKind.EXECUTION_RESULT, data, check=False))
-    if len(record["execution_id"].encode()) < 64 and len(record["job_id"].encode()) < 64:
-        assert READER._read_common(data) == unchecked
-    assert READER._read(data) == unchecked
+    assert _decode(READER, data) == unchecked
+    fallbacks = READER.fast_path.fallbacks
     assert _reader_fields(READER, data) == _codec_fields(data)
+    assert READER.fast_path.fallbacks == fallbacks
 
 
 @settings(max_examples=100, deadline=None)
@@ -158,9 +165,9 @@ def test_the_executors_spliced_results_are_read_by_the_fast_path(
         data = encoder.encode(record)
         assert data == CODEC.encode(RecordKind.EXECUTION_RESULT, record)
         fields = ResultFields(job_id, scheduled_for_ms, status)
+        fallbacks = READER.fast_path.fallbacks
         assert READER.read(data) == fields
-        if len(record["execution_id"].encode()) < 64 and len(job_id.encode()) < 64:
-            assert READER._read_common(data) == fields
+        assert READER.fast_path.fallbacks == fallbacks
 
 
 mutations = st.one_of(
@@ -237,14 +244,14 @@ def test_odd_fields_read_as_the_codec_reads_them(field: str, raw: bytes, valid: 
 def test_ten_byte_varints_go_to_the_codec_and_read_the_same() -> None:
     record = {**_succeeded(), "scheduled_for_ms": -(2**63), "job_version": 2**63 - 1}
     data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
-    assert READER._read_common(data) is None
     with pytest.raises(ValueError):
-        READER._read(data)
+        _decode(READER, data)
     with pytest.raises(InvalidRecordError, match="scheduled_for_ms is -9223372036854775808"):
         READER.read(data)  # read by the codec, and out of bounds
     later = {**record, "scheduled_for_ms": 2**62}
     data = CODEC.encode(RecordKind.EXECUTION_RESULT, later)
-    assert READER._read_common(data) is None
+    with pytest.raises(ValueError):
+        _decode(READER, data)  # 2**62: a 10-byte varint
     assert (
         _reader_fields(READER, data)
         == _codec_fields(data)
@@ -255,7 +262,8 @@ def test_ten_byte_varints_go_to_the_codec_and_read_the_same() -> None:
     )
     fine = {**_succeeded(), "job_version": 2**63 - 1}
     data = CODEC.encode(RecordKind.EXECUTION_RESULT, fine)
-    assert READER._read_common(data) is None  # a 10-byte job_version
+    with pytest.raises(ValueError):
+        _decode(READER, data)  # a 10-byte job_version
     assert READER.read(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
 
 
@@ -281,16 +289,18 @@ def test_the_cache_of_checked_heads_stays_bounded() -> None:
         record = {**_succeeded(), "scheduled_for_ms": 1_790_000_000_000 + i}
         data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
         assert reader.read(data).scheduled_for_ms == 1_790_000_000_000 + i
-    assert 0 < len(reader._heads) <= 4096
+    assert reader._decoder is not None
+    kept = reader._decoder.memos[0]
+    assert 0 < len(kept.entries) <= 4096
     for size in range(20):  # executors with worker ids of 20 sizes
         record = {**_succeeded(), "worker_id": "w" * size}
         data = CODEC.encode(RecordKind.EXECUTION_RESULT, record)
         assert reader.read(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
-    assert 0 < len(reader._head_sizes) <= 8
+    assert 0 < len(kept.widths) <= 8
     long_worker = {**_succeeded(), "worker_id": "w" * 300}  # read, but not kept
     data = CODEC.encode(RecordKind.EXECUTION_RESULT, long_worker)
-    assert reader._read_common(data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
-    assert all(len(head) <= 128 for head in reader._heads)
+    assert _decode(reader, data) == ResultFields("job-1", 1_790_000_000_000, "SUCCEEDED")
+    assert all(len(head) <= 128 for head in kept.entries)
 
 
 @settings(max_examples=300, deadline=None)
