@@ -9,7 +9,8 @@ Longs of more than two bytes (epoch milliseconds: 6 bytes, ~0.5 us to write and 
 to read in Python) go through bounded memos of the generated code: value -> bytes (per
 union branch, with its index), and the (up to) 9 bytes at a long's position -> (value,
 length). The bytes of a varint up to its last byte decide both, so equal windows read
-equally; a herd's states share their times.
+equally; a herd's states share their times. A decoder may also keep the values of a
+record's last fields by their bytes (``memo_from``): a herd's states share those whole.
 
 Values: a top-level record is an object with an attribute per field, or a dict with an item
 per field (``attribute``), built by ``make(**fields)`` or (``positional``) ``make(*values)``
@@ -83,11 +84,14 @@ def field_code(
     if memo_from is not None and (stop is not None and stop < len(all_fields)):
         raise ValueError("a memo keeps the fields to the end of the record")
     source = _Source(named)
-    encode = source.encoder(fields, attribute)
     kept_from = None if memo_from is None else max(memo_from - first, 0)
-    decode = source.decoder(fields, positional, kept_from)
-    to_record = source.to_record(fields, attribute)
-    from_record = source.from_record(fields, positional)
+    try:
+        encode = source.encoder(fields, attribute)
+        decode = source.decoder(fields, positional, kept_from)
+        to_record = source.to_record(fields, attribute)
+        from_record = source.from_record(fields, positional)
+    except RecursionError:
+        raise UnsupportedSchemaError(f"{schema['name']} contains itself") from None
     env: dict[str, Any] = {
         "_text": _text,
         "_blob": _blob,

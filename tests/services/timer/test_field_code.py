@@ -170,7 +170,14 @@ def test_bytes_the_generated_decoder_accepts_fastavro_reads_alike(
 
 
 def test_what_the_generator_does_not_write_code_for_is_refused() -> None:
-    for avro_type in ["int", "double", {"type": "map", "values": "long"}, ["long", "string"]]:
+    for avro_type in [
+        "int",
+        "double",
+        {"type": "map", "values": "long"},
+        ["long", "string"],
+        {"type": "long", "logicalType": "timestamp-millis"},
+        {"type": "array", "items": "R"},  # a record that contains itself
+    ]:
         schema = parse_schema(
             {"type": "record", "name": "R", "fields": [{"name": "x", "type": avro_type}]}
         )
