@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from streams.avro_binary import MAX_READ_LONG_BYTES, read_long
+from streams.codec import fresh_copy
 from streams.exceptions import ConfigurationError
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -45,15 +46,6 @@ def _size(data: bytes, pos: int) -> tuple[int, int]:
     if size < 0:
         raise ValueError("negative length")
     return size, pos
-
-
-def fresh_copy(value: Any) -> Any:
-    """A copy of a decoded value sharing no dict or list with it."""
-    if isinstance(value, dict):
-        return {k: fresh_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [fresh_copy(v) for v in value]
-    return value
 
 
 def _escaped(*values: int) -> bytes:

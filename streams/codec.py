@@ -316,7 +316,7 @@ def _read_body(writer: _WriterSchema, data: bytes) -> dict[str, Any]:
     if writer.reader is not None:
         # fastavro fills fields the writer lacked with the reader schema's default objects
         # themselves; copy so that a caller mutating its record cannot change later records.
-        record = _fresh_copy(record)
+        record = fresh_copy(record)
     return cast(dict[str, Any], record)
 
 
@@ -325,12 +325,12 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _fresh_copy(value: Any) -> Any:
+def fresh_copy(value: Any) -> Any:
     """A copy of a decoded value sharing no dict or list with it (cheaper than deepcopy)."""
     if isinstance(value, dict):
-        return {k: _fresh_copy(v) for k, v in value.items()}
+        return {k: fresh_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_fresh_copy(v) for v in value]
+        return [fresh_copy(v) for v in value]
     return value
 
 
