@@ -14,6 +14,14 @@ def schema_paths() -> list[Path]:
     return sorted(SCHEMA_DIR.glob("*.avsc"))
 
 
+def latest_schema_path(stem: str) -> Path:
+    """The newest ``<stem>.v<N>.avsc`` shipped (highest N): what a codec writes by default."""
+    paths = list(SCHEMA_DIR.glob(f"{stem}.v*.avsc"))
+    if not paths:
+        raise LookupError(f"no schema {stem}.v<N>.avsc in {SCHEMA_DIR}")
+    return max(paths, key=lambda path: int(path.name.split(".v")[-1].removesuffix(".avsc")))
+
+
 def field_defaults(record_name: str) -> dict[str, Any]:
     """The defaults the schemas give the fields of the named record (``kafkron.RetryPolicy``),
     as JSON values: the one place such defaults are written; code that needs them reads them

@@ -46,6 +46,8 @@ class RecordKind(StrEnum):
     RETRY_REQUEST = "retry_request"
     DEAD_LETTER = "dead_letter"
     TIMER_STATE = "timer_state"
+    DAG_SIGNAL = "dag_signal"
+    DAG_RELEASE = "dag_release"
 
 
 STATE_KINDS: frozenset[RecordKind] = frozenset({RecordKind.TIMER_STATE})

@@ -92,9 +92,10 @@ class JobReader:
         except UnsupportedSchemaError as exc:
             return None, f"the Job schema has what it cannot read ({exc})"
         try:
+            names = {field["name"] for field in codec.writer_schema(kind)["fields"]}
             for _ in range(2):
                 for probe in _probes():
-                    data = codec.encode(kind, probe)
+                    data = codec.encode(kind, {k: v for k, v in probe.items() if k in names})
                     expected = _outcome(codec.decode, kind, data)
                     for _ in range(2):
                         if _outcome(lambda d: self._checked(decoder.read(d)), data) != expected:
@@ -145,6 +146,7 @@ def _probes() -> list[dict[str, Any]]:
         "catchup": "NONE",
         "catchup_window_ms": 86_400_000,
         "jitter_ms": 250,
+        "dag_wait_ms": 3_600_000,
         "tenant": "t",
         "labels": {},
         "manual_fire_at_ms": None,

@@ -139,6 +139,22 @@ class DeadLetterKind(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
+class DagSignalKind(StrEnum):
+    """What a DagSignal carries between partitions of the dag processor."""
+
+    EDGE_ADDED = "EDGE_ADDED"
+    EDGE_REMOVED = "EDGE_REMOVED"
+    UPSTREAM_ENDED = "UPSTREAM_ENDED"
+
+
+class DagVerdict(StrEnum):
+    """The dag processor's verdict on one run of one dependent."""
+
+    RUN = "RUN"
+    UPSTREAM_FAILED = "UPSTREAM_FAILED"
+    MISSED = "MISSED"
+
+
 class AvroRecord(BaseModel):
     """Base of the record models: immutable, no unknown fields, convertible to Avro dicts."""
 
@@ -195,6 +211,7 @@ class Job(AvroRecord):
     catchup: CatchupPolicy = CatchupPolicy.LATEST
     catchup_window_ms: AvroLong = 86_400_000
     jitter_ms: AvroLong = 0
+    dag_wait_ms: AvroLong = 86_400_000
     tenant: str = "default"
     labels: dict[str, str] = Field(default_factory=dict)
     manual_fire_at_ms: AvroLong | None = None
@@ -276,11 +293,40 @@ class DeadLetter(AvroRecord):
     dead_at_ms: AvroLong
 
 
+class DagSignal(AvroRecord):
+    """An edge learnt (to the upstream's partition) or an upstream's end (to the
+    dependent's partition), on ``dag-signals``."""
+
+    job_id: str
+    kind: DagSignalKind
+    upstream_job_id: str
+    dependent_job_id: str
+    dependent_version: AvroLong = 0
+    run_key_ms: AvroLong | None = None
+    upstream_execution_id: str | None = None
+    upstream_status: ExecutionStatus | None = None
+    reason: str | None = None
+    emitted_at_ms: AvroLong
+
+
+class DagRelease(AvroRecord):
+    """The verdict on one run of one dependent, on ``dag-releases`` (the timer acts on it)."""
+
+    job_id: str
+    run_key_ms: AvroLong
+    verdict: DagVerdict
+    reason: str | None = None
+    upstream_execution_ids: list[str] = Field(default_factory=list)
+    emitted_at_ms: AvroLong
+
+
 MODEL_BY_KIND: Mapping[RecordKind, type[AvroRecord]] = {
     RecordKind.JOB: Job,
     RecordKind.DUE_EVENT: DueEvent,
     RecordKind.EXECUTION_RESULT: ExecutionResult,
     RecordKind.RETRY_REQUEST: RetryRequest,
     RecordKind.DEAD_LETTER: DeadLetter,
+    RecordKind.DAG_SIGNAL: DagSignal,
+    RecordKind.DAG_RELEASE: DagRelease,
 }
 """The model of each top-level record kind, e.g. to turn ``Codec.decode_any`` into a model."""

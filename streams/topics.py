@@ -46,6 +46,8 @@ JOBS = "jobs"
 JOB_RESULTS = "job-results"
 RETRY = "retry"
 DLQ = "dlq"
+DAG_SIGNALS = "dag-signals"
+DAG_RELEASES = "dag-releases"
 
 
 def due_topic_base(priority: Priority) -> str:
@@ -67,6 +69,8 @@ BASE_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(JOB_RESULTS, compact=False, retention_ms=LONG_RETENTION_MS),
     TopicSpec(RETRY, compact=False),
     TopicSpec(DLQ, compact=False, retention_ms=LONG_RETENTION_MS),
+    TopicSpec(DAG_SIGNALS, compact=False, retention_ms=DUE_RETENTION_MS),
+    TopicSpec(DAG_RELEASES, compact=False, retention_ms=DUE_RETENTION_MS),
 )
 
 
@@ -95,6 +99,14 @@ class TopicNames:
     @property
     def dlq(self) -> str:
         return self.name(DLQ)
+
+    @property
+    def dag_signals(self) -> str:
+        return self.name(DAG_SIGNALS)
+
+    @property
+    def dag_releases(self) -> str:
+        return self.name(DAG_RELEASES)
 
     def due(self, priority: Priority) -> str:
         return self.name(due_topic_base(priority))

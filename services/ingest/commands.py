@@ -127,6 +127,7 @@ def submit_record(
         "catchup": create.catchup.value,
         "catchup_window_ms": _ms(create.catchup_window_s),
         "jitter_ms": _ms(create.jitter_s),
+        "dag_wait_ms": _ms(create.dag_wait_s),
         "tenant": create.tenant,
         "labels": dict(create.labels),
         "manual_fire_at_ms": None,

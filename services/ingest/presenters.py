@@ -95,6 +95,7 @@ def job_body(
         "catchup": job["catchup"],
         "catchup_window_s": job["catchup_window_ms"] / 1000,
         "jitter_s": job["jitter_ms"] / 1000,
+        "dag_wait_s": job["dag_wait_ms"] / 1000,
         "tenant": job["tenant"],
         "labels": dict(job["labels"]),
         "manual_fire_at": iso(job.get("manual_fire_at_ms")),

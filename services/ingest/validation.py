@@ -49,6 +49,8 @@ MAX_DEPENDENCIES = 100
 MAX_LABELS = 64
 MAX_TIMEOUT_S = 7 * 86_400.0
 MAX_WINDOW_S = 366 * 86_400.0
+DEFAULT_DAG_WAIT_S = 86_400.0
+"""How long a DAG run of a dependent waits for its upstreams before it ends MISSED."""
 MAX_BACKOFF_S = 7 * 86_400.0
 MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 # How many levels of arrays and objects a JSON payload may nest ([[1]] is 2, a scalar 0).
@@ -265,6 +267,7 @@ class JobCreate(_Request):
     catchup: Annotated[CatchupPolicy, BeforeValidator(_upper)] = CatchupPolicy.LATEST
     catchup_window_s: float = Field(default=86_400.0, ge=0, le=MAX_WINDOW_S)
     jitter_s: float = Field(default=0.0, ge=0, le=86_400.0)
+    dag_wait_s: float = Field(default=DEFAULT_DAG_WAIT_S, gt=0, le=MAX_WINDOW_S)
     tenant: str = Field(default="default", pattern=TENANT_PATTERN)
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
 
@@ -296,6 +299,17 @@ class JobCreate(_Request):
         if len(given) > 1:
             message = f"give exactly one schedule kind, got {' and '.join(given)}"
             _raise("JobCreate", [field_error((name,), message, None) for name in given[1:]])
+        if "dag_wait_s" in self.model_fields_set and not self.depends_on:
+            _raise(
+                "JobCreate",
+                [
+                    field_error(
+                        ("dag_wait_s",),
+                        "dag_wait_s applies only to a job with depends_on",
+                        self.dag_wait_s,
+                    )
+                ],
+            )
         if self.job_id is not None and self.depends_on and self.job_id in self.depends_on:
             _raise(
                 "JobCreate",

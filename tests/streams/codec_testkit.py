@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from schemas import SCHEMA_DIR
+from schemas import latest_schema_path
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError, InvalidRecordError
 
 
 def _shipped(kind: RecordKind) -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads((SCHEMA_DIR / f"{kind.value}.v1.avsc").read_text())
+    schema: dict[str, Any] = json.loads(latest_schema_path(kind.value).read_text())
     return schema
 
 

@@ -13,7 +13,7 @@ from fastavro.schema import to_parsing_canonical_form
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import SCHEMA_DIR
+from schemas import SCHEMA_DIR, latest_schema_path
 from streams.codec import HEADER_LEN, Codec, RecordKind, schema_fingerprint
 from streams.exceptions import (
     ConfigurationError,
@@ -25,8 +25,14 @@ from streams.exceptions import (
 from tests.streams.codec_testkit import codec_without_bounds
 
 
-def load_schema(kind: RecordKind, version: int = 1) -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads((SCHEMA_DIR / f"{kind.value}.v{version}.avsc").read_text())
+def load_schema(kind: RecordKind, version: int | None = None) -> dict[str, Any]:
+    """The shipped schema of ``kind``: ``version``, or the newest."""
+    path = (
+        latest_schema_path(kind.value)
+        if version is None
+        else SCHEMA_DIR / f"{kind.value}.v{version}.avsc"
+    )
+    schema: dict[str, Any] = json.loads(path.read_text())
     return schema
 
 
@@ -113,6 +119,7 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
         "catchup": "ALL",
         "catchup_window_ms": 3_600_000,
         "jitter_ms": 500,
+        "dag_wait_ms": 86_400_000,
         "tenant": "acme",
         "labels": {"team": "data", "ünïcode": "✓"},
         "manual_fire_at_ms": 1_700_000_000_000,
@@ -167,6 +174,26 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
         "manual_done_ms": 1_700_000_040_000,
         "completed": False,
         "tombstone_fire_ms": None,
+    },
+    RecordKind.DAG_SIGNAL: {
+        "job_id": "join",
+        "kind": "UPSTREAM_ENDED",
+        "upstream_job_id": "extract",
+        "dependent_job_id": "join",
+        "dependent_version": 4,
+        "run_key_ms": 1_700_000_000_000,
+        "upstream_execution_id": "extract@1700000000000",
+        "upstream_status": "DEAD_LETTER",
+        "reason": "upstream extract@1700000000000 dead-lettered",
+        "emitted_at_ms": 1_700_000_000_500,
+    },
+    RecordKind.DAG_RELEASE: {
+        "job_id": "join",
+        "run_key_ms": 1_700_000_000_000,
+        "verdict": "RUN",
+        "reason": None,
+        "upstream_execution_ids": ["extract@1700000000000", "load-refs@1700000000000"],
+        "emitted_at_ms": 1_700_000_000_600,
     },
 }
 MINIMAL_DUE = {

@@ -115,6 +115,7 @@ def test_submit_record_is_a_valid_job_that_round_trips_the_codec() -> None:
         "catchup": "ALL",
         "catchup_window_ms": 3_600_000,
         "jitter_ms": 2000,
+        "dag_wait_ms": 86_400_000,
         "tenant": "acme",
         "labels": {"team": "data"},
         "manual_fire_at_ms": None,
