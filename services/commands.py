@@ -1,4 +1,4 @@
-"""Subcommands contributed by the services (timer, executor, api, dlq), registered here.
+"""Subcommands contributed by the services (timer, dag, executor, api, dlq), registered here.
 
 ``LOCAL_SERVICES`` lists what ``kafkron up`` runs, as (name, argv after ``kafkron``), and
 ``READINESS`` how ``kafkron up`` tells that each is serving (``services/readiness.py``).
@@ -101,3 +101,30 @@ def _timer_probe(kafka: KafkaSettings, pid: int) -> Probe:
 REGISTRARS.append(_timer_commands)
 LOCAL_SERVICES.insert(0, ("timer", ["timer"]))
 READINESS["timer"] = _timer_probe
+
+
+def _dag_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``kafkron dag``: one dag processor (services/dag)."""
+
+    def _run(args: argparse.Namespace) -> int:
+        from services.dag.main import main
+
+        main()
+        return 0
+
+    dag = sub.add_parser("dag", help="run a dag processor (releases dependents of DAG runs)")
+    dag.set_defaults(func=_run)
+
+
+def _dag_probe(kafka: KafkaSettings, pid: int) -> Probe:
+    from services.dag.settings import DagSettings, default_instance_id
+
+    settings = DagSettings(kafka=kafka)
+    set_here = "instance_id" in settings.model_fields_set  # by KAFKRON_DAG_INSTANCE_ID
+    member = settings.instance_id if set_here else default_instance_id(pid)
+    return group_probe(kafka, settings.group_id(), member)
+
+
+REGISTRARS.append(_dag_commands)
+LOCAL_SERVICES.insert(1, ("dag", ["dag"]))
+READINESS["dag"] = _dag_probe

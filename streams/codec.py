@@ -48,9 +48,10 @@ class RecordKind(StrEnum):
     TIMER_STATE = "timer_state"
     DAG_SIGNAL = "dag_signal"
     DAG_RELEASE = "dag_release"
+    DAG_RUN = "dag_run"
 
 
-STATE_KINDS: frozenset[RecordKind] = frozenset({RecordKind.TIMER_STATE})
+STATE_KINDS: frozenset[RecordKind] = frozenset({RecordKind.TIMER_STATE, RecordKind.DAG_RUN})
 """The kinds that are a service's stored state rather than a topic's records."""
 TOPIC_KINDS: frozenset[RecordKind] = frozenset(RecordKind) - STATE_KINDS
 """The kinds of the records on kafkron's topics."""

@@ -90,6 +90,11 @@ class ProcessorContext:
             topic, key, value, self.partition if partition is None else partition
         )
 
+    def produce_keyed(self, topic: str, key: bytes, value: bytes | None) -> None:
+        """Produce inside the Kafka transaction to the partition of ``key`` (the partitioner,
+        ``murmur2_random`` like every kafkron producer): a record re-keyed to another job."""
+        self._producer.produce(topic, key, value, None)
+
     def produce_many(
         self,
         records: list[tuple[str, bytes | None, bytes | None]],

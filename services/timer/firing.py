@@ -38,6 +38,9 @@ CANCELLED_JOB = "job cancelled"
 CANCELLED_DELETED = "job deleted"
 SCHEDULE = "SCHEDULE"
 MANUAL = "MANUAL"
+DAG = "DAG"
+_SKIPPED_WHILE_PAUSED = (SCHEDULE, DAG)
+"""Triggers whose fires a pause skips (an explicit trigger-now still runs)."""
 
 
 @lru_cache(maxsize=65_536)
@@ -153,10 +156,11 @@ def settle_fire(
     scope: Scope, state: TimerState, job: dict[str, Any], tick_ms: int, trigger: str
 ) -> None:
     """Give one firing tick its outcome under the pause and overlap rules."""
-    if trigger == SCHEDULE and state.status == "PAUSED":
+    if trigger in _SKIPPED_WHILE_PAUSED and state.status == "PAUSED":
         scope.emit_outcome(
-            state.job_id, tick_ms, "SKIPPED", SKIPPED_PAUSED, job_version=state.version
-        )
+            state.job_id, tick_ms, "SKIPPED", SKIPPED_PAUSED, trigger=trigger,
+            job_version=state.version,
+        )  # fmt: skip
         return
     decision = decide_overlap(job["overlap"], bool(state.running), state.queued is not None)
     if decision is OverlapDecision.SKIP:
@@ -181,7 +185,10 @@ def emit_fire(
     scope: Scope, state: TimerState, job: dict[str, Any], tick_ms: int, trigger: str
 ) -> None:
     """Emit the DueEvent of ``tick_ms`` and remember the execution as in flight."""
-    fire_ms = fire_at_ms(job, tick_ms) if trigger == SCHEDULE else tick_ms
+    if trigger == SCHEDULE:
+        fire_ms = fire_at_ms(job, tick_ms)
+    else:  # a manual fire's tick is its fire time; a DAG run fires when released
+        fire_ms = scope.now_ms if trigger == DAG else tick_ms
     scope.emit_due(job, tick_ms, fire_ms, trigger)
     mark_running(scope, state, tick_ms)
 
@@ -197,9 +204,10 @@ def fire_queued(scope: Scope, state: TimerState) -> None:
             state.job_id, tick_ms, "CANCELLED", CANCELLED_JOB, trigger=trigger,
             job_version=state.version,
         )  # fmt: skip
-    elif trigger == SCHEDULE and state.status == "PAUSED":
+    elif trigger in _SKIPPED_WHILE_PAUSED and state.status == "PAUSED":
         scope.emit_outcome(
-            state.job_id, tick_ms, "SKIPPED", SKIPPED_PAUSED, job_version=state.version
-        )
+            state.job_id, tick_ms, "SKIPPED", SKIPPED_PAUSED, trigger=trigger,
+            job_version=state.version,
+        )  # fmt: skip
     else:
         emit_fire(scope, state, state.job(scope), tick_ms, trigger)

@@ -16,11 +16,13 @@ import logging
 from collections.abc import Sequence
 
 from services.timer.commands import apply_job
+from services.timer.releases import apply_release
 from services.timer.results import apply_result
 from services.timer.retention import write_retention
 from services.timer.retries import accept_retry
 from services.timer.scope import Scope
 from streams.codec import RecordKind
+from streams.dead_letters import check_key, undecodable_dead_letter, value_of
 from streams.exceptions import DecodeError, ScheduleError
 from streams.processing import InputRecord
 
@@ -62,15 +64,19 @@ def apply_input(
         if topic == env.jobs_topic:
             job = None if value is None else env.decode_job(value)
             if job is not None:
-                _check_key(key, job["job_id"])
+                check_key(key, job["job_id"])
             apply_job(scope, key, value, job)
         elif topic == env.results_topic:
-            result = env.read_result(_value(value))
-            _check_key(key, result.job_id)
+            result = env.read_result(value_of(value))
+            check_key(key, result.job_id)
             apply_result(scope, key, result)
+        elif topic == env.releases_topic:
+            release = env.codec.decode(RecordKind.DAG_RELEASE, value_of(value))
+            check_key(key, release["job_id"])
+            apply_release(scope, release)
         elif topic == env.retry_topic:
-            request = env.codec.decode(RecordKind.RETRY_REQUEST, _value(value))
-            _check_key(key, request["due"]["job_id"])
+            request = env.codec.decode(RecordKind.RETRY_REQUEST, value_of(value))
+            check_key(key, request["due"]["job_id"])
             accept_retry(scope, request)
         else:
             raise DecodeError(f"the timer does not consume topic {topic}")
@@ -91,8 +97,8 @@ def apply_results(scope: Scope, partition: int, records: Sequence[InputRecord]) 
             continue
         try:
             result = read(value)
-            if key != result.job_id.encode():  # _check_key's test inline: a call per result
-                _check_key(key, result.job_id)  # raises
+            if key != result.job_id.encode():  # check_key's test inline: a call per result
+                check_key(key, result.job_id)  # raises
             apply_result(scope, key, result)
         except (DecodeError, ScheduleError) as exc:
             dead_letter(scope, str(exc), topic, partition, record.offset(), key, value)
@@ -113,29 +119,7 @@ def dead_letter(
         "%s[%d]@%s dead-lettered, not a usable record: %s", topic, partition, offset, reason
     )
     scope.env.dead_letters[topic] += 1
-    record = {
-        "kind": "UNDECODABLE",
-        "reason": reason,
-        "source_topic": topic,
-        "source_partition": partition,
-        "source_offset": offset,
-        "raw_key": key,
-        "raw_value": value,
-        "dead_at_ms": scope.now_ms,
-    }
-    value_bytes = scope.env.codec.encode(RecordKind.DEAD_LETTER, record)
+    value_bytes = undecodable_dead_letter(
+        scope.env.codec, reason, topic, partition, offset, key, value, scope.now_ms
+    )
     scope.emit_raw(scope.env.dlq_topic, None, value_bytes)
-
-
-def _value(value: bytes | None) -> bytes:
-    if value is None:
-        raise DecodeError("record has a null value where a kafkron record is expected")
-    return value
-
-
-def _check_key(key: bytes, job_id: str) -> None:
-    if key != job_id.encode():
-        raise DecodeError(
-            f"record key {key!r} is not its job id {job_id!r}; producers must key every record "
-            "by job id so that a job's records share one partition"
-        )

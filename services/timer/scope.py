@@ -83,6 +83,8 @@ class TimerEnv:
     result_reader: ResultReader | None = None
     # Input records dead-lettered (undecodable, or breaking a bound), by source topic.
     dead_letters: Counter[str] = field(default_factory=Counter)
+    # The dag processor's verdicts on dependents' runs (``releases.py``).
+    releases_topic: str = ""
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""
@@ -127,6 +129,7 @@ class TimerEnv:
             job_reader=JobReader(codec),
             fire_ahead_ms=settings.fire_ahead_ms,
             result_reader=ResultReader(codec),
+            releases_topic=names.dag_releases,
         )
 
 

@@ -134,7 +134,7 @@ def build_processor(settings: TimerSettings, env: TimerEnv | None = None) -> Pro
         settings.kafka,
         settings.group_id(),
         settings.instance_id,
-        [env.jobs_topic, env.results_topic, env.retry_topic],
+        [env.jobs_topic, env.results_topic, env.retry_topic, env.releases_topic],
         [JOBS_STORE, WHEEL_STORE],
         TimerHooks(
             env,

@@ -195,6 +195,14 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
         "upstream_execution_ids": ["extract@1700000000000", "load-refs@1700000000000"],
         "emitted_at_ms": 1_700_000_000_600,
     },
+    RecordKind.DAG_RUN: {
+        "job_id": "join",
+        "run_key_ms": 1_700_000_000_000,
+        "verdict": "OPEN",
+        "deadline_ms": 1_700_086_400_000,
+        "upstreams": {"extract": {"status": "SUCCEEDED", "ended_at_ms": 1_700_000_000_400}},
+        "opened_at_ms": 1_700_000_000_450,
+    },
 }
 MINIMAL_DUE = {
     "execution_id": "j@1",

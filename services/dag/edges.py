@@ -1,0 +1,90 @@
+"""The DAG's edges, learnt from ``jobs`` and kept where each upstream's results arrive.
+
+A dependent's Job record arrives in the dependent's partition. Its ``depends_on`` is kept
+there (store ``nodes``, the record's bytes) and every change of it is sent as an EDGE_ADDED
+or EDGE_REMOVED signal keyed by the upstream, so that the upstream's partition (where its
+results arrive) keeps the list of its dependents (store ``edges``). Signals of one dependent
+are produced in order from one partition, so its edges apply in the order they changed.
+
+A job has edges while it exists, has ``depends_on`` and is not CANCELLED; a PAUSED one keeps
+them (the timer skips its runs, visibly).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.dag import keys
+from services.dag.scope import DagScope
+from streams.codec import RecordKind
+
+_PAGE = 1000
+_NO_EDGES = ("CANCELLED",)
+
+
+def apply_job(
+    scope: DagScope, job_id: str, value: bytes | None, job: dict[str, Any] | None
+) -> None:
+    """Apply one record of ``jobs`` (``job`` decoded from ``value``, None for a tombstone)."""
+    key = job_id.encode()
+    stored = scope.nodes.get(key)
+    before = _decode(scope, stored)
+    if job is not None and before is not None and job["version"] <= before["version"]:
+        return  # stale or repeated
+    old = set(before["depends_on"]) if before is not None else set()
+    new = set(job["depends_on"]) if job is not None and job["status"] not in _NO_EDGES else set()
+    version = job["version"] if job is not None else (before["version"] if before else 0)
+    for upstream in sorted(old - new):
+        _signal_edge(scope, "EDGE_REMOVED", upstream, job_id, version)
+    for upstream in sorted(new - old):
+        _signal_edge(scope, "EDGE_ADDED", upstream, job_id, version)
+    if new and value is not None:
+        scope.nodes.set(key, value)
+    elif stored is not None:
+        scope.nodes.delete(key)
+
+
+def node_job(scope: DagScope, job_id: str) -> dict[str, Any] | None:
+    """The stored Job of dependent ``job_id`` (None when it has no edges now)."""
+    return _decode(scope, scope.nodes.get(job_id.encode()))
+
+
+def apply_edge(scope: DagScope, signal: dict[str, Any]) -> None:
+    """Apply an EDGE_ADDED or EDGE_REMOVED signal in the upstream's partition."""
+    key = keys.edge_key(signal["upstream_job_id"], signal["dependent_job_id"])
+    if signal["kind"] == "EDGE_ADDED":
+        scope.edges.set(key, b"")
+    else:
+        scope.edges.delete(key)
+
+
+def dependents_of(scope: DagScope, upstream: str) -> list[str]:
+    """Every job that depends on ``upstream`` (read in the upstream's partition)."""
+    start, end = keys.dependents_range(upstream)
+    found: list[str] = []
+    while True:
+        page = scope.edges.iter_range(start, end, _PAGE)
+        found += [keys.dependent_of_edge(key, upstream) for key, _ in page]
+        if len(page) < _PAGE:
+            return found
+        start = page[-1][0] + b"\x00"
+
+
+def _signal_edge(scope: DagScope, kind: str, upstream: str, dependent: str, version: int) -> None:
+    record = {
+        "job_id": upstream,
+        "kind": kind,
+        "upstream_job_id": upstream,
+        "dependent_job_id": dependent,
+        "dependent_version": version,
+        "emitted_at_ms": scope.now_ms,
+    }
+    value = scope.env.codec.encode(RecordKind.DAG_SIGNAL, record)
+    scope.emit_keyed(scope.env.signals_topic, upstream.encode(), value)
+    scope.emitted += 1
+
+
+def _decode(scope: DagScope, value: bytes | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return scope.env.codec.decode(RecordKind.JOB, value, check=False)

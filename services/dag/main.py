@@ -1,0 +1,38 @@
+"""Entry point of one dag process: ``python -m services.dag.main`` (``kafkron dag``).
+
+Settings come from the environment (``KAFKRON_DAG_*`` and ``KAFKRON_*``), read here only.
+SIGTERM or SIGINT stops the process after a final commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from services.dag.service import run
+from services.dag.settings import DagSettings
+
+
+def main() -> None:
+    """Run a dag processor until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = DagSettings()
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    logging.getLogger(__name__).info(
+        "dag processor %s starting in group %s", settings.instance_id, settings.group_id()
+    )
+    run(settings, stop)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""What one unit of dag work touches: the partition's four stores, the clock, its outputs.
+
+:class:`DagEnv` holds what is fixed for the process; a :class:`DagScope` is built per run of
+input records or per punctuation. The logic (``edges.py``, ``runs.py``) is written against
+these, so it runs on the processor runtime's RocksDB transactions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from services.dag.settings import DagSettings
+from services.timer.scope import StoreTransaction
+from streams.codec import Codec
+from streams.result_reader import ResultReader
+from streams.topics import TopicNames
+
+Emit = Callable[[str, bytes | None, bytes | None], None]
+"""Produce ``(topic, key, value)`` in the current transaction."""
+EmitKeyed = Callable[[str, bytes, bytes | None], None]
+"""Produce ``(topic, key, value)`` in the current transaction, to the partition of ``key``."""
+
+NODES_STORE = "nodes"
+EDGES_STORE = "edges"
+RUNS_STORE = "runs"
+DEADLINES_STORE = "deadlines"
+STORES = (NODES_STORE, EDGES_STORE, RUNS_STORE, DEADLINES_STORE)
+
+
+@dataclass(frozen=True)
+class DagEnv:
+    """Everything fixed for one dag process: codec, topic names, limits, counters."""
+
+    codec: Codec
+    result_reader: ResultReader
+    jobs_topic: str
+    results_topic: str
+    signals_topic: str
+    releases_topic: str
+    dlq_topic: str
+    run_retention_ms: int
+    deadline_batch_size: int
+    # Input records dead-lettered (undecodable, or breaking a bound), by source topic.
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    # Verdicts given, by DagVerdict name (RUN, UPSTREAM_FAILED, MISSED).
+    verdicts: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def from_settings(cls, settings: DagSettings, codec: Codec | None = None) -> DagEnv:
+        """The environment of a dag processor configured by ``settings``."""
+        codec = codec or Codec.from_directory()
+        names = TopicNames(settings.kafka.namespace)
+        return cls(
+            codec=codec,
+            result_reader=ResultReader(codec),
+            jobs_topic=names.jobs,
+            results_topic=names.job_results,
+            signals_topic=names.dag_signals,
+            releases_topic=names.dag_releases,
+            dlq_topic=names.dlq,
+            run_retention_ms=settings.run_retention_ms,
+            deadline_batch_size=settings.deadline_batch_size,
+        )
+
+
+@dataclass
+class DagScope:
+    """One partition's stores and outputs for one unit of work at ``now_ms``.
+
+    ``emit`` writes to this partition (a release for the timer, a dead letter);
+    ``emit_keyed`` to the partition of the record's key (a signal re-keyed to another job).
+    """
+
+    env: DagEnv
+    nodes: StoreTransaction
+    edges: StoreTransaction
+    runs: StoreTransaction
+    deadlines: StoreTransaction
+    emit: Emit
+    emit_keyed: EmitKeyed
+    now_ms: int
+    emitted: int = 0

@@ -1,0 +1,51 @@
+"""The dag processor's settings: one frozen object, read from the environment at the entry point."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streams.settings import KafkaSettings
+
+
+def default_instance_id(pid: int | None = None) -> str:
+    """The instance id of the dag process ``pid`` (this one by default) when none is set."""
+    return f"dag-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
+
+
+class DagSettings(BaseSettings):
+    """How one dag processor counts upstream completions and releases dependents.
+
+    Environment variables carry the prefix ``KAFKRON_DAG_`` (for example
+    ``KAFKRON_DAG_RUN_RETENTION_MS``); ``kafka`` is read with its own ``KAFKRON_`` prefix.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KAFKRON_DAG_", frozen=True, extra="ignore")
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # Names this process's transactional producer; give each a stable one (dag-0, dag-1...).
+    instance_id: str = Field(default_factory=default_instance_id)
+    # A run's state is kept this long after its deadline (run key + dag_wait_ms), so that a
+    # replayed upstream that succeeds late still releases it; then it is deleted.
+    run_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
+    # How often each owned partition's deadlines are checked (a run's MISSED is this late).
+    punctuate_interval_ms: int = Field(default=200, ge=1)
+    # At most this many deadlines are settled per partition per punctuation.
+    deadline_batch_size: int = Field(default=1000, ge=1)
+    # A signal or release is committed within this long of the input that caused it: the
+    # delay from an upstream's SUCCEEDED to its dependent's DueEvent is about three commits.
+    release_commit_within_ms: int = Field(default=5, ge=0)
+    # Processor runtime tuning (streams.processor.ProcessorOptions).
+    consume_batch_size: int = Field(default=1000, ge=1)
+    commit_interval_ms: int = Field(default=1000, ge=1)
+    poll_timeout_ms: int = Field(default=20, ge=1)
+    transaction_timeout_ms: int = Field(default=10_000, ge=1000)
+    session_timeout_ms: int = Field(default=6_000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=1_000, ge=100)
+
+    def group_id(self) -> str:
+        """The consumer group of every dag process of this namespace."""
+        return f"{self.kafka.namespace}dag"
