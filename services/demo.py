@@ -16,8 +16,35 @@ from streams.settings import KafkaSettings
 from streams.topics import TopicNames
 
 
+DEMO_DAG: dict[str, tuple[str, ...]] = {
+    "extract": (),
+    "load-refs": (),
+    "join": ("extract", "load-refs"),
+    "transform": ("join",),
+    "validate": ("join",),
+    "publish": ("transform", "validate"),
+}
+"""The design's six-node DAG: node -> its upstreams (roots first)."""
+DAG_ROOTS = [node for node, upstreams in DEMO_DAG.items() if not upstreams]
+
+
 def demo_jobs(now_ms: int, tag: str) -> list[dict[str, object]]:
-    """Three one-offs (echo, flaky-then-ok, always failing) and a cron every 5 seconds."""
+    """Three one-offs (echo, flaky-then-ok, always failing), a cron every 5 seconds and the
+    six-node DAG, whose roots run every 10 seconds."""
+    return [*_one_offs_and_cron(now_ms, tag), *_dag(tag)]
+
+
+def _dag(tag: str) -> list[dict[str, object]]:
+    every_10_s = {"expression": "*/10 * * * * *", "timezone": "UTC"}
+    return [
+        {"job_id": f"demo-{node}-{tag}", "handler": "examples.noop",
+         **({"depends_on": [f"demo-{u}-{tag}" for u in upstreams]} if upstreams
+            else {"cron": every_10_s})}
+        for node, upstreams in DEMO_DAG.items()
+    ]  # fmt: skip
+
+
+def _one_offs_and_cron(now_ms: int, tag: str) -> list[dict[str, object]]:
     return [
         {"job_id": f"demo-echo-{tag}", "handler": "examples.echo", "run_at": now_ms + 3000,
          "payload": {"hello": "kafkron"}},
@@ -55,8 +82,10 @@ def run_demo(kafka: KafkaSettings, *, duration_s: float = 25.0) -> int:
             receipt = client.submit(job)
             print(f"[demo] submitted {receipt.job_id} ({job['handler']})")
         finals = _print_results(consumer, Codec.from_directory(), tag, duration_s)
-        client.cancel(f"demo-cron-{tag}")
-        print(f"[demo] cancelled demo-cron-{tag}; {finals} final outcomes seen")
+        for job_id in [f"demo-cron-{tag}", *(f"demo-{root}-{tag}" for root in DAG_ROOTS)]:
+            client.cancel(job_id)
+            print(f"[demo] cancelled {job_id}")
+        print(f"[demo] {finals} final outcomes seen")
         return finals
     finally:
         client.close()

@@ -82,11 +82,12 @@ def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[kafkron] ready:" in done.stdout
     assert "upcheck.jobs" in done.stdout
-    assert "ready: broker, topics, timer, executor, api" in done.stdout
+    assert "ready: broker, topics, timer, dag, executor, api" in done.stdout
     lines = done.stdout.splitlines()
     # "ready" comes only after every service answered its probe (services/readiness.py).
     ready_at = next(i for i, line in enumerate(lines) if "[kafkron] ready:" in line)
     for serving in ("timer serving (group upcheck.timer (member timer-",
+                    "dag serving (group upcheck.dag (member dag-",
                     "executor serving (group upcheck.executor (member executor-",
                     "api serving (http://127.0.0.1:"):  # fmt: skip
         assert any(serving in line for line in lines[:ready_at]), done.stdout
@@ -95,6 +96,8 @@ def test_up_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     assert any("demo-flaky-" in line and "attempt 2: SUCCEEDED" in line for line in lines)
     assert any("demo-fail-" in line and "DEAD_LETTER" in line for line in lines)
     assert any("demo-cron-" in line and "SUCCEEDED" in line for line in lines)
+    # The six-node DAG: publish runs after its upstreams, in a run of the roots' tick.
+    assert any("demo-publish-" in line and "SUCCEEDED" in line for line in lines), done.stdout
     assert LocalBroker(BrokerSettings(home=tmp_path / "up-broker")).running_state() is None
     assert "service(s) exited" not in done.stdout, done.stdout
 
