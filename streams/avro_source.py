@@ -1,8 +1,15 @@
-"""Python source that reads one Avro value at ``pos`` of ``data``, generated from its schema.
+"""Python source generated from one Avro schema: the pieces its decoders and encoders share.
 
-:mod:`streams.avro_reader` assembles these pieces into the straight-line decoder of one
-record. Each piece reads a value exactly as fastavro reads it (same value, same type, a
-fresh container) or raises ``ValueError`` or ``IndexError`` (``UnicodeDecodeError`` is a
+:class:`SchemaSource` is what both need: named types resolved (and what is unsupported
+refused), local names and constants for the generated code, a guard against records that
+contain themselves, and conversions between the two forms a nested record can take (a dict,
+the codec's form, or a tuple of its fields' values in schema order, ``tuple_records``).
+:class:`ValueSource` adds the lines that read one value at ``pos`` of ``data``:
+:mod:`streams.avro_reader` assembles them into the straight-line decoder of one record, and
+:mod:`streams.avro_writer` writes encoders on :class:`SchemaSource`.
+
+Each piece reads a value exactly as fastavro reads it (same value, same type, a fresh
+container) or raises ``ValueError`` or ``IndexError`` (``UnicodeDecodeError`` is a
 ``ValueError``) where it cannot be sure of doing so: a varint longer than 9 bytes
 (:func:`~streams.avro_binary.read_long`), a negative length, a length past the end, invalid
 UTF-8, an enum index or union branch out of range, a boolean byte other than 0 or 1, a union
@@ -11,7 +18,10 @@ it or names what is wrong with it.
 
 A value read only to be checked (``target`` None) is parsed as strictly and kept nowhere;
 runs of such values of a fixed layout (numbers, enums, unions and records of those) are
-checked by one regular expression, which accepts only encodings the codec reads.
+checked by one regular expression, which accepts only encodings the codec reads. Longs of
+more than two bytes may go through a bounded memo (``memo_longs``): the (up to) 9 bytes at
+a long's position -> (value, length), since the bytes of a varint up to its last byte decide
+both; records that share their times (a herd's) then read each once.
 
 Invariant: ``pos`` never passes the end of ``data``. Lengths are checked against it where
 they are read, although the decoder's final "nothing left over" check would refuse such a
@@ -23,55 +33,43 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from streams.avro_binary import MAX_READ_LONG_BYTES, read_long
 from streams.codec import fresh_copy
-from streams.exceptions import ConfigurationError
+from streams.exceptions import UnsupportedSchemaError
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _VARINT = rb"[\x80-\xff]{0,%d}[\x00-\x7f]" % (MAX_READ_LONG_BYTES - 1)
 _ONE_BYTE_INDICES = 64  # union branches and enum symbols whose index is written in one byte
-
-
-class UnsupportedSchemaError(ConfigurationError):
-    """The schema uses what this generator writes no reader for (a logical type, a recursive
-    record, a name it cannot resolve): its records are left to the codec."""
-
-
-def _size(data: bytes, pos: int) -> tuple[int, int]:
-    """A length (of bytes, a string) and the position after it; negative ones are refused."""
-    size, pos = read_long(data, pos)
-    if size < 0:
-        raise ValueError("negative length")
-    return size, pos
+MEMO_ENTRIES = 4096
+"""Bounds each memo of longs (a full memo starts over)."""
 
 
 def _escaped(*values: int) -> bytes:
     return b"".join(b"\\x%02x" % value for value in values)
 
 
-class ValueSource:
-    """Writes the lines that read values of one schema, and the objects those lines name.
+class SchemaSource:
+    """The generated code of one schema being written: its lines, the objects they name, and
+    what every generator asks of the schema.
 
-    ``named`` maps full names to definitions (fastavro's ``__named_schemas``). The lines use
-    the locals ``data``, ``pos`` and ``size`` (``len(data)``) and names from :meth:`local`;
-    ``env`` becomes the globals of the compiled code.
+    ``named`` maps full names to definitions (fastavro's ``__named_schemas``); ``env``
+    becomes the globals of the compiled code, ``helpers`` are functions written beside the
+    main ones. A nested record is a dict of its fields, or (``tuple_records``) a tuple of
+    their values in schema order.
     """
 
-    def __init__(self, named: Mapping[str, Any]) -> None:
+    def __init__(self, named: Mapping[str, Any], *, tuple_records: bool = False) -> None:
         self.named = named
+        self.tuple_records = tuple_records
         self.lines: list[str] = []
-        self.env: dict[str, Any] = {
-            "_long": read_long,
-            "_size": _size,
-            "_zz": tuple((i >> 1) ^ -(i & 1) for i in range(0x80)),
-            "_len": tuple(i >> 1 if i < 0x80 and not i & 1 else -1 for i in range(0x100)),
-            "_fresh_copy": fresh_copy,
-        }
+        self.helpers: list[str] = []
+        self.env: dict[str, Any] = {}
         self._count = 0
-        self._records: list[str] = []  # the records being read, to refuse recursion
+        self._records: list[str] = []  # the records being written for, to refuse recursion
 
     def local(self, prefix: str) -> str:
         """A name no other line uses."""
@@ -86,6 +84,10 @@ class ValueSource:
 
     def emit(self, indent: str, *lines: str) -> None:
         self.lines.extend(indent + line for line in lines)
+
+    def text(self) -> str:
+        """The source to compile: the helpers, then the lines."""
+        return "\n".join([*self.helpers, *self.lines]) + "\n"
 
     def resolve(self, avro_type: Any) -> Any:
         """``avro_type`` with a name replaced by its definition; refuses what is unsupported."""
@@ -109,6 +111,85 @@ class ValueSource:
             return avro_type
         kind: str = avro_type["type"]
         return "record" if kind == "error" else kind
+
+    @contextmanager
+    def inside(self, schema: Mapping[str, Any]) -> Iterator[None]:
+        """Write code for the fields of the record ``schema``; refuses one inside itself."""
+        name = str(schema["name"])
+        if name in self._records:
+            raise UnsupportedSchemaError(f"record {name} contains itself")
+        self._records.append(name)
+        try:
+            yield
+        finally:
+            self._records.pop()
+
+    def holds_record(self, avro_type: Any) -> bool:
+        """Do values of ``avro_type`` contain a nested record?"""
+        kind = self.kind_of(avro_type)
+        avro_type = self.resolve(avro_type)
+        if kind == "union":
+            return any(self.holds_record(branch) for branch in avro_type)
+        if kind in ("array", "map"):
+            return self.holds_record(avro_type["items" if kind == "array" else "values"])
+        return kind == "record"
+
+    def convert(self, avro_type: Any, value: str, to_dicts: bool) -> str:
+        """An expression of ``value`` (a name or an index: cheap to repeat) with its nested
+        records as dicts (``to_dicts``) or as tuples; ``value`` itself when there are none
+        (or when they are dicts already: not ``tuple_records``)."""
+        if not self.tuple_records or not self.holds_record(avro_type):
+            return value
+        kind = self.kind_of(avro_type)
+        avro_type = self.resolve(avro_type)
+        if kind == "union":
+            others = [branch for branch in avro_type if self.kind_of(branch) != "null"]
+            if len(others) != 1 or len(avro_type) != 2:  # a record or what else?
+                raise UnsupportedSchemaError(f"union {avro_type!r} of records as tuples")
+            return f"(None if {value} is None else {self.convert(others[0], value, to_dicts)})"
+        if kind in ("array", "map"):
+            item = self.local("x")
+            if kind == "array":
+                return f"[{self.convert(avro_type['items'], item, to_dicts)} for {item} in {value}]"
+            key = self.local("k")
+            inner = self.convert(avro_type["values"], item, to_dicts)
+            return f"{{{key}: {inner} for {key}, {item} in {value}.items()}}"
+        helper, item = self.local("_convert"), self.local("x")
+        with self.inside(avro_type):
+            parts = []
+            for i, f in enumerate(avro_type["fields"]):
+                inner = self.convert(
+                    f["type"], f"{item}[{i if to_dicts else repr(f['name'])}]", to_dicts
+                )
+                parts.append(f"{f['name']!r}: {inner}, " if to_dicts else f"{inner}, ")
+        body = "{" + "".join(parts) + "}" if to_dicts else "(" + "".join(parts) + ")"
+        self.helpers.append(f"def {helper}({item}):\n    return {body}\n")
+        return f"{helper}({value})"
+
+
+class ValueSource(SchemaSource):
+    """Writes the lines that read values of one schema, and the objects those lines name.
+
+    The lines use the locals ``data``, ``pos`` and ``size`` (``len(data)``) and names from
+    :meth:`local`. ``memo_longs``: longs of more than two bytes are read through a memo
+    (see the module).
+    """
+
+    def __init__(
+        self, named: Mapping[str, Any], *, tuple_records: bool = False, memo_longs: bool = False
+    ) -> None:
+        super().__init__(named, tuple_records=tuple_records)
+        self.memo_longs = memo_longs
+        self.env.update(
+            {
+                "_long": read_long,
+                "_zz": tuple((i >> 1) ^ -(i & 1) for i in range(0x80)),
+                "_len": tuple(i >> 1 if i < 0x80 and not i & 1 else -1 for i in range(0x100)),
+                "_fresh_copy": _fresh_copy_with_tuples if tuple_records else fresh_copy,
+            }
+        )
+        if memo_longs:
+            self.env.update(_read_long_memo())
 
     # --- reading -----------------------------------------------------------------------
 
@@ -180,13 +261,23 @@ class ValueSource:
             raise UnsupportedSchemaError(f"type {kind!r}")
 
     def read_long(self, target: str | None, indent: str) -> None:
-        """A varint, its one-byte case inline."""
+        """A varint, its one- and two-byte cases inline (lengths of up to 8 KiB), a longer
+        one through the memo (``memo_longs``) or :func:`read_long`."""
         if target is None:
             self.emit(indent, "if data[pos] < 128:", "    pos += 1", "else:")
             self.emit(indent, "    pos = _long(data, pos)[1]")
             return
         self.emit(indent, "b = data[pos]", "if b < 128:", f"    {target} = _zz[b]", "    pos += 1")
-        self.emit(indent, "else:", f"    {target}, pos = _long(data, pos)")
+        self.emit(indent, "elif data[pos + 1] < 128:", "    b = (b & 127) | data[pos + 1] << 7")
+        self.emit(indent, f"    {target} = (b >> 1) ^ -(b & 1)", "    pos += 2", "else:")
+        if not self.memo_longs:
+            self.emit(indent, f"    {target}, pos = _long(data, pos)")
+            return
+        self.emit(
+            indent, f"    w = data[pos : pos + {MAX_READ_LONG_BYTES}]", "    e = _reads.get(w)"
+        )
+        self.emit(indent, "    if e is None:", "        e = _read_long(data, pos, w)")
+        self.emit(indent, f"    {target} = e[0]", "    pos += e[1]")
 
     def read_fixed_width(self, kind: str, avro_type: Any, target: str | None, indent: str) -> None:
         width = {"float": 4, "double": 8}.get(kind) or int(avro_type["size"])
@@ -203,7 +294,9 @@ class ValueSource:
 
     def read_sized(self, text: bool, target: str | None, indent: str) -> None:
         """A string (its UTF-8 checked even when dropped) or bytes; a short length inline."""
-        self.emit(indent, "n = _len[data[pos]]", "if n < 0:", "    n, pos = _size(data, pos)")
+        self.emit(indent, "n = _len[data[pos]]", "if n < 0:")
+        self.read_long("n", indent + "    ")
+        self.emit(indent, "    if n < 0:", "        raise ValueError('negative length')")
         self.emit(indent, "else:", "    pos += 1", "end = pos + n", "if end > size:")
         self.emit(indent, "    raise ValueError('length past the end')")
         value = "data[pos:end].decode()" if text else "data[pos:end]"
@@ -238,17 +331,18 @@ class ValueSource:
         self.emit(indent, "else:", "    raise ValueError('union branch')")
 
     def read_record(self, schema: Mapping[str, Any], target: str | None, indent: str) -> None:
-        name = str(schema["name"])
-        if name in self._records:
-            raise UnsupportedSchemaError(f"record {name} contains itself")
-        self._records.append(name)
-        fields = schema["fields"]
-        parts = [None if target is None else self.local("r") for _ in fields]
-        self.read_fields([f["type"] for f in fields], parts, indent)
-        if target is not None:
+        """A nested record: a dict, or (``tuple_records``) a tuple of its values."""
+        with self.inside(schema):
+            fields = schema["fields"]
+            parts = [None if target is None else self.local("r") for _ in fields]
+            self.read_fields([f["type"] for f in fields], parts, indent)
+        if target is None:
+            return
+        if self.tuple_records:
+            self.emit(indent, f"{target} = ({''.join(f'{p}, ' for p in parts)})")
+        else:
             items = ", ".join(f"{f['name']!r}: {p}" for f, p in zip(fields, parts, strict=True))
             self.emit(indent, f"{target} = {{{items}}}")
-        self._records.pop()
 
     def read_blocks(self, schema: Mapping[str, Any], target: str | None, indent: str) -> None:
         """An array or map: blocks of a count (negative: a byte size follows) until count 0."""
@@ -317,6 +411,8 @@ class ValueSource:
             return None
         kind = self.kind_of(avro_type)
         avro_type = self.resolve(avro_type)
+        if kind == "record" and self.tuple_records:
+            return f"_fresh_copy({value})"
         if kind == "record" and not any(self.mutable(f["type"]) for f in avro_type["fields"]):
             return f"{value}.copy()"
         if kind == "array" and not self.mutable(avro_type["items"]):
@@ -336,4 +432,33 @@ class ValueSource:
         kind = self.kind_of(avro_type)
         if kind == "union":
             return any(self.mutable(branch) for branch in self.resolve(avro_type))
+        if kind == "record" and self.tuple_records:
+            with self.inside(self.resolve(avro_type)):
+                return any(self.mutable(f["type"]) for f in self.resolve(avro_type)["fields"])
         return kind in ("record", "array", "map")
+
+
+def _fresh_copy_with_tuples(value: Any) -> Any:
+    """:func:`~streams.codec.fresh_copy` of a value whose nested records are tuples."""
+    if isinstance(value, dict):
+        return {k: _fresh_copy_with_tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh_copy_with_tuples(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_fresh_copy_with_tuples(v) for v in value)
+    return value
+
+
+def _read_long_memo() -> dict[str, Any]:
+    """A memo of (value, length) by the bytes a varint can span, and what reads a varint
+    into it (the generated code looks the window up first: no call when it is there)."""
+    memo: dict[bytes, tuple[int, int]] = {}
+
+    def read_long_into(data: bytes, pos: int, window: bytes) -> tuple[int, int]:
+        value, end = read_long(data, pos)  # raises for what it cannot read
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        known = memo[window] = (value, end - pos)
+        return known
+
+    return {"_reads": memo, "_read_long": read_long_into}

@@ -27,6 +27,13 @@ class ConfigurationError(KafkronError):
     """A setting is missing or contradicts another; the message names it."""
 
 
+class UnsupportedSchemaError(ConfigurationError):
+    """A schema uses what the code generated from schemas (``streams/avro_reader.py``,
+    ``streams/avro_writer.py``) has no exact code for: a logical type, a record that contains
+    itself, a name it cannot resolve, or a type the writer does not encode. Its records are
+    left to the codec, or the caller says which generator to extend."""
+
+
 class BrokerError(KafkronError):
     """The local Kafka broker could not be fetched, formatted, started or stopped."""
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.avro_reader import GeneratedReader, Memo, UnsupportedSchemaError, generate_reader
+from streams.avro_reader import GeneratedReader, Memo, generate_reader
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import DecodeError, InvalidRecordError
+from streams.exceptions import DecodeError, InvalidRecordError, UnsupportedSchemaError
 from streams.fast_path import FastPath
 
 _SHARED_RUNS = (("status", "payload"), ("cron", "request_hash"))

@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from streams.avro_binary import MAX_READ_LONG_BYTES
-from streams.avro_reader import GeneratedReader, Memo, UnsupportedSchemaError, generate_reader
+from streams.avro_reader import GeneratedReader, Memo, generate_reader
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import DecodeError, InvalidRecordError
+from streams.exceptions import DecodeError, InvalidRecordError, UnsupportedSchemaError
 from streams.fast_path import FastPath
 from streams.records import ExecutionStatus, Trigger
 from streams.result_probes import result_probes

@@ -2,11 +2,12 @@
 
 :class:`RecordBytes` writes and reads the records of one kind as the codec does (``C3 01``,
 the writer schema's fingerprint, the Avro body) with code generated from the codec's writer
-schema (``field_code.py``). Objects carry one attribute per field (nested records as
-tuples, see ``field_code.py``) and are built by ``make(*values)``, the values in schema
-order: a dataclass declaring the fields in that order (it may add others, with defaults).
-The fields after ``memo_after`` are kept by their bytes when decoded (see ``field_code.py``:
-records that share them, a herd's, read them once).
+schema (``streams/avro_writer.py``, ``streams/avro_reader.py``). Objects carry one attribute
+per field (nested records as tuples) and are built by ``make(*values)``, the values in
+schema order: a dataclass declaring the fields in that order (it may add others, with
+defaults). The fields after ``memo_after`` are kept by their bytes when decoded (a
+``Memo`` of ``avro_reader.py``: records that share them, a herd's, read them once), and so
+are longs (the decoder's ``memo_longs``: a herd's states share their times).
 
 Exact or unused: at construction it writes and reads probe records derived from the schema
 both ways, through ``make``, and turns itself off (``streams/fast_path.py`` says so) when the
@@ -20,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from services.timer.field_code import FieldCode, UnsupportedSchemaError, field_code
+from streams.avro_reader import GeneratedReader, Memo, generate_reader
+from streams.avro_writer import GeneratedWriter, generate_writer
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import ConfigurationError
+from streams.exceptions import ConfigurationError, UnsupportedSchemaError
 from streams.fast_path import FastPath
 
 T = TypeVar("T")
@@ -50,9 +52,19 @@ class RecordBytes(Generic[T]):
         self.names = tuple(str(f["name"]) for f in self.schema["fields"])
         if memo_after is not None and memo_after not in self.names:
             raise ConfigurationError(f"{kind.value} has no field {memo_after}")
-        self._memo_from = None if memo_after is None else self.names.index(memo_after) + 1
-        self._parts: dict[tuple[int, int | None, bool], FieldCode] = {}
-        self.code = self.fields(0)
+        memo_from = len(self.names) if memo_after is None else self.names.index(memo_after) + 1
+        memos = [Memo(self.names[memo_from], self.names[-1])] if memo_from < len(self.names) else []
+        self.reader, self.writer = self._generated(
+            lambda: generate_reader(
+                self.schema,
+                start=HEADER_LEN,
+                make=make,
+                memos=memos,
+                tuple_records=True,
+                memo_longs=True,
+            ),
+            lambda: generate_writer(self.schema, tuple_records=True, prefix=self.header),
+        )
         self.fast = self._agrees_with_the_codec()
         self.fast_path = FastPath(
             f"the generated {kind.value} code (services/timer/record_bytes.py)",
@@ -60,50 +72,45 @@ class RecordBytes(Generic[T]):
             "it did not write and read its probe records exactly as the codec does",
         )
 
-    def fields(self, first: int, stop: int | None = None, *, attribute: bool = True) -> FieldCode:
-        """The generated code of the writer schema's fields ``first`` to ``stop`` (built once):
-        for bytes after :attr:`header`, and only while :attr:`fast`. Its decoder builds
-        ``make(**fields)`` of the fields alone; the whole record's builds ``make(*values)``."""
-        key = (first, stop, attribute)
-        code = self._parts.get(key)
-        if code is None:
-            whole = first == 0 and stop is None and attribute
-            try:
-                code = field_code(
-                    self.schema,
-                    first,
-                    stop,
-                    attribute=attribute,
-                    positional=whole,
-                    memo_from=self._memo_from if whole else None,
-                )
-            except UnsupportedSchemaError as exc:
-                raise ConfigurationError(
-                    f"schemas/{self.kind.value}.v{self.codec.writer_version(self.kind)}.avsc "
-                    f"has a {exc} that services/timer/field_code.py writes no code for: "
-                    "extend it there"
-                ) from exc
-            self._parts[key] = code
-        return code
+    def fields(self, first: int) -> tuple[GeneratedReader, GeneratedWriter]:
+        """The generated decoder and encoder of the writer schema's fields from ``first`` on,
+        as a record of their own (a dict of them): for the bytes of those fields, and only
+        while :attr:`fast`."""
+        run = {**self.schema, "fields": self.schema["fields"][first:]}
+        return self._generated(
+            lambda: generate_reader(run, tuple_records=True, memo_longs=True),
+            lambda: generate_writer(run, attribute=False, tuple_records=True),
+        )
+
+    def _generated(
+        self, reader: Callable[[], GeneratedReader], writer: Callable[[], GeneratedWriter]
+    ) -> tuple[GeneratedReader, GeneratedWriter]:
+        """The generated decoder and encoder; a schema they have no code for is refused."""
+        try:
+            return reader(), writer()
+        except UnsupportedSchemaError as exc:
+            raise ConfigurationError(
+                f"schemas/{self.kind.value}.v{self.codec.writer_version(self.kind)}.avsc "
+                f"has a {exc} that streams/avro_writer.py or avro_reader.py writes no code "
+                "for: extend it there"
+            ) from exc
 
     def encode(self, record: T) -> bytes:
         """``record`` (an attribute per field) as the codec would encode it."""
         if self.fast:
-            return self.header + self.code.encode(record)
-        return self.codec.encode(self.kind, self.code.to_record(record))
+            return self.writer.encode(record)
+        return self.codec.encode(self.kind, self.writer.to_record(record))
 
     def decode(self, data: bytes) -> T:
         """The record in ``data``, built by ``make``; raises ``DecodeError`` like the codec."""
         if self.fast and data.startswith(self.header):
             try:
-                record: T
-                record, end = self.code.decode(data, HEADER_LEN, self.make)
-                if end == len(data):
-                    return record
+                record: T = self.reader.read(data)
+                return record
             except (IndexError, ValueError):
                 pass  # the codec names the problem, or reads what this code is unsure of
         self.fast_path.fell_back()
-        result: T = self.code.from_record(self.codec.decode(self.kind, data), self.make)
+        result: T = self.reader.from_record(self.codec.decode(self.kind, data))
         return result
 
     def _agrees_with_the_codec(self) -> bool:
@@ -112,15 +119,16 @@ class RecordBytes(Generic[T]):
             record = {f["name"]: _probe(f["type"], named, full) for f in self.schema["fields"]}
             expected = self.codec.encode(self.kind, record)
             try:
-                probe = self.code.from_record(record, self.make)
-                written = self.header + self.code.encode(probe)
-                read, end = self.code.decode(expected, HEADER_LEN, self.make)
-                if self.code.to_record(read) != record or self.code.to_record(probe) != record:
+                probe = self.reader.from_record(record)
+                written = self.writer.encode(probe)
+                reads = [self.reader.read(expected) for _ in range(2)]  # parsed, then kept
+                if any(self.writer.to_record(read) != record for read in [*reads, probe]):
                     return False
             except (IndexError, ValueError, TypeError, KeyError, AttributeError):
                 return False
-            if written != expected or end != len(expected):
+            if written != expected:
                 return False
+        self.reader.clear()  # the probes' runs are no herd's
         return True
 
 

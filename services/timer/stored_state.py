@@ -102,7 +102,7 @@ class StoredStates:
         tail_from = self.record.names.index(TAIL_AFTER) + 1
         head = _sized_or_varint(self.record.schema["fields"][:tail_from])
         self._head = head or ()
-        self._tail = self.record.fields(tail_from, attribute=False)
+        self._tail_reader, self._tail_writer = self.record.fields(tail_from)
         self._header = self.record.header
         # The tail is read only in bytes the generated code is proven to read.
         self.shortcuts = FastPath(
@@ -157,14 +157,14 @@ class StoredStates:
         """The fields in ``tail`` (the bytes from :meth:`tail_at`) by name; None when the
         generated code does not read them exactly (load the state instead)."""
         try:
-            fields, end = self._tail.decode(tail, 0, dict)
+            fields: dict[str, Any] = self._tail_reader.read(tail)
         except (IndexError, ValueError):
             return None
-        return fields if end == len(tail) else None
+        return fields
 
     def encode_tail(self, fields: dict[str, Any]) -> bytes:
         """The tail of a state whose tail fields are ``fields``."""
-        return self._tail.encode(fields)
+        return self._tail_writer.encode(fields)
 
 
 def _sized_or_varint(fields: list[dict[str, Any]]) -> tuple[bool, ...] | None:

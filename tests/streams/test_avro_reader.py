@@ -2,9 +2,11 @@
 
 For every record schema in schemas/ and for one no reader was written for (a map of arrays
 of a nested record, unions of three branches, an enum of 70 symbols, fixed, float, bytes):
-random valid records decode as fastavro decodes them, with any fields selected and any
-memo runs; randomly damaged records decode to the same values or raise for the codec to
-decide, never to a different value.
+random valid records decode as fastavro decodes them, with any fields selected, any
+memo runs and with or without the memo of longs; randomly damaged records decode to the
+same values or raise for the codec to decide, never to a different value. The same in the
+form the timer reads its state in (nested records as tuples, built by ``make``), for the
+timer state's schema and one using every type the encoder writes.
 """
 
 from __future__ import annotations
@@ -14,17 +16,29 @@ import math
 import struct
 from functools import cache
 from io import BytesIO
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import schemaless_reader
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from schemas import schema_paths
 from streams.avro_binary import avro_long, avro_string
-from streams.avro_reader import GeneratedReader, Memo, UnsupportedSchemaError, generate_reader
-from streams.exceptions import ConfigurationError, InvalidRecordError
+from streams.avro_reader import GeneratedReader, Memo, generate_reader
+from streams.avro_writer import generate_writer
+from streams.exceptions import ConfigurationError, InvalidRecordError, UnsupportedSchemaError
+from tests.streams.avro_testkit import (
+    READABLE_LONGS,
+    TEXTS,
+    WRITABLE,
+    fastavro_bytes,
+    fastavro_read,
+    has_ten_byte_varint,
+    parsed,
+    records_of,
+)
 
 UNSEEN: dict[str, Any] = {
     "type": "record",
@@ -78,62 +92,15 @@ UNSEEN: dict[str, Any] = {
 }
 
 
-def _parsed(schema: dict[str, Any]) -> dict[str, Any]:
-    parsed: Any = parse_schema(schema)
-    assert isinstance(parsed, dict)
-    return parsed
-
-
-SCHEMAS = {path.name: _parsed(json.loads(path.read_text())) for path in schema_paths()}
-SCHEMAS["unseen (test schema)"] = _parsed(UNSEEN)
+SCHEMAS = {path.name: parsed(json.loads(path.read_text())) for path in schema_paths()}
+SCHEMAS["unseen (test schema)"] = parsed(UNSEEN)
 REFUSED = "refused"  # what fastavro makes of bytes it cannot read (or with bytes left over)
 FELL_BACK = "fell back"  # a decoder that leaves the bytes to the codec
-
-longs = (
-    st.integers(-200, 200)
-    | st.integers(0, 2**45)
-    | st.integers(-(2**62), 2**62 - 1)
-    | st.integers(-(2**63), 2**63 - 1)
-)
-texts = st.text(max_size=8) | st.text(min_size=60, max_size=70)
-
-
-def _values(schema: Any, named: dict[str, Any]) -> st.SearchStrategy[Any]:
-    """Random valid values of ``schema``."""
-    if isinstance(schema, str) and schema in named:
-        schema = named[schema]
-    if isinstance(schema, list):
-        return st.one_of([_values(branch, named) for branch in schema])
-    kind = schema if isinstance(schema, str) else schema["type"]
-    simple: dict[str, st.SearchStrategy[Any]] = {
-        "null": st.none(),
-        "boolean": st.booleans(),
-        "int": st.integers(-(2**31), 2**31 - 1),
-        "long": longs,
-        "float": st.floats(width=32),
-        "double": st.floats(),
-        "bytes": st.binary(max_size=8) | st.binary(min_size=64, max_size=70),
-        "string": texts,
-    }
-    if kind in simple:
-        return simple[kind]
-    if kind == "enum":
-        return st.sampled_from(schema["symbols"])
-    if kind == "fixed":
-        return st.binary(min_size=schema["size"], max_size=schema["size"])
-    if kind == "array":
-        return st.lists(_values(schema["items"], named), max_size=3)
-    if kind == "map":
-        return st.dictionaries(texts, _values(schema["values"], named), max_size=3)
-    assert kind == "record", kind
-    fields = {f["name"]: _values(f["type"], named) for f in schema["fields"]}
-    return st.fixed_dictionaries(fields)
 
 
 @cache
 def _records(name: str) -> st.SearchStrategy[dict[str, Any]]:
-    schema = SCHEMAS[name]
-    return _values(schema, schema["__named_schemas"])
+    return records_of(SCHEMAS[name])
 
 
 @st.composite
@@ -155,24 +122,22 @@ def _readers(draw: st.DrawFn, name: str) -> tuple[GeneratedReader, list[str] | N
         )
         for start, stop in zip(cuts[::2], cuts[1::2], strict=False)
     ]
-    return generate_reader(schema, fields=fields, memos=memos), fields
+    memo_longs = draw(st.booleans())
+    return generate_reader(schema, fields=fields, memos=memos, memo_longs=memo_longs), fields
 
 
 def _encoded(name: str, record: dict[str, Any]) -> bytes:
-    buf = BytesIO()
-    schemaless_writer(buf, SCHEMAS[name], record)
-    return buf.getvalue()
+    return fastavro_bytes(SCHEMAS[name], record)
 
 
 def _reference(name: str, body: bytes, fields: list[str] | None) -> Any:
     """What the codec reads: fastavro's record (or the fields selected of it), or REFUSED
     (the codec raises DecodeError then)."""
-    buf = BytesIO(body)
     try:
-        record: Any = schemaless_reader(buf, SCHEMAS[name], None)
+        record, end = fastavro_read(SCHEMAS[name], body)
     except Exception:
         return REFUSED
-    if buf.tell() != len(body):
+    if end != len(body):
         return REFUSED
     return record if fields is None else tuple(record[name] for name in fields)
 
@@ -234,7 +199,7 @@ def test_random_records_decode_as_fastavro_decodes_them(name: str, data: st.Data
         assert expected != REFUSED
         got = _read(reader, body)
         # Only a long beyond +-2**62 (a 10-byte varint) may be left to the codec.
-        assert _same(got, expected) or (got == FELL_BACK and _has_ten_byte_varint(record))
+        assert _same(got, expected) or (got == FELL_BACK and has_ten_byte_varint(record))
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
@@ -285,17 +250,7 @@ def test_every_byte_set_to_an_edge_value_decodes_the_same_or_falls_back(
                 assert _same(got, _reference(name, candidate, fields))
 
 
-def _has_ten_byte_varint(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(_has_ten_byte_varint(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_ten_byte_varint(v) for v in value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return not -(2**62) <= value < 2**62
-    return False
-
-
-BLOCKS: dict[str, Any] = _parsed(
+BLOCKS: dict[str, Any] = parsed(
     {
         "type": "record",
         "name": "Blocks",
@@ -323,8 +278,8 @@ def _blocks(counts: list[int], values: list[bytes], sized: bool) -> bytes:
 
 @settings(max_examples=100, deadline=None)
 @given(
-    numbers=st.lists(longs.filter(lambda n: -(2**62) <= n < 2**62), max_size=6),
-    names=st.dictionaries(texts, texts, max_size=4),
+    numbers=st.lists(READABLE_LONGS, max_size=6),
+    names=st.dictionaries(TEXTS, TEXTS, max_size=4),
     split=st.integers(1, 3),
     sized=st.booleans(),
     fields=st.sampled_from([None, ["after"], ["names"]]),
@@ -353,7 +308,7 @@ def test_blocks_with_negative_counts_read_as_fastavro_reads_them(
 def test_decoded_records_share_no_containers_with_the_memo_or_each_other(
     record: dict[str, Any],
 ) -> None:
-    assume(not _has_ten_byte_varint(record))
+    assume(not has_ten_byte_varint(record))
     name = "unseen (test schema)"
     reader = generate_reader(
         SCHEMAS[name], memos=[Memo("groups", "scores"), Memo("inner", "empty")]
@@ -421,7 +376,7 @@ def test_a_memo_check_runs_when_its_fields_are_parsed_and_a_refused_run_is_not_k
 )  # fmt: skip
 def test_schemas_it_cannot_decode_exactly_are_refused(schema: dict[str, Any], match: str) -> None:
     with pytest.raises(UnsupportedSchemaError, match=match):
-        generate_reader(_parsed(schema))
+        generate_reader(parsed(schema))
 
 
 @pytest.mark.parametrize(
@@ -447,6 +402,90 @@ def test_selected_fields_come_in_the_order_asked_for() -> None:
         "job_id": "j", "version": 1, "status": "PAUSED", "handler": "h", "payload": b"",
         "run_at_ms": 5, "created_at_ms": 1, "updated_at_ms": 2,
     }  # fmt: skip
-    buf = BytesIO()
-    schemaless_writer(buf, schema, record)
-    assert reader.read(buf.getvalue()) == ("PAUSED", "j")
+    assert reader.read(fastavro_bytes(schema, record)) == ("PAUSED", "j")
+
+
+# --- the timer's form: nested records as tuples, longs through the memo -----------------
+
+TUPLE_FORM = {"timer_state": SCHEMAS["timer_state.v1.avsc"], "writable (test schema)": WRITABLE}
+
+
+@pytest.mark.parametrize("name", sorted(TUPLE_FORM))
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_bytes_the_tuple_form_decoder_accepts_fastavro_reads_alike(
+    name: str, data: st.DataObject
+) -> None:
+    """Any bytes (random, or a valid record with a few bytes changed or cut): the decoder
+    reads them as fastavro does or raises ValueError or IndexError (for the codec to say)."""
+    schema = TUPLE_FORM[name]
+    valid = fastavro_bytes(schema, data.draw(records_of(schema, READABLE_LONGS)))
+    raw = data.draw(
+        st.binary(max_size=60)
+        | st.builds(lambda cut: valid[:cut], st.integers(0, len(valid)))
+        | st.builds(
+            lambda at, byte: valid[:at] + bytes([byte]) + valid[at + 1 :],
+            st.integers(0, max(len(valid) - 1, 0)),
+            st.integers(0, 255),
+        )
+    )
+    reader = generate_reader(schema, tuple_records=True, memo_longs=True)
+    to_record = generate_writer(schema, attribute=False, tuple_records=True).to_record
+    try:
+        fields = reader.read(raw)
+    except (ValueError, IndexError):
+        return
+    assert fastavro_read(schema, raw) == (to_record(fields), len(raw))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(records_of(WRITABLE, READABLE_LONGS), min_size=1, max_size=4),
+    memo_from=st.integers(0, 8),
+    make=st.booleans(),
+)
+def test_fields_kept_by_their_bytes_read_as_parsed_into_new_lists(
+    records: list[dict[str, Any]], memo_from: int, make: bool
+) -> None:
+    """A memo of the fields from ``memo_from`` to the end (looked up by the rest of the
+    bytes), in the tuple form: the same values as parsing, read twice (parsed, then kept),
+    and a caller changing the lists it got changes no later record."""
+    names = [f["name"] for f in WRITABLE["fields"]]
+    maker = _namespace(names) if make else None
+    memo = Memo(names[memo_from], names[-1])
+    kept = generate_reader(WRITABLE, memos=[memo], tuple_records=True, make=maker)
+    plain = generate_reader(WRITABLE, tuple_records=True, make=maker)
+    for record in records * 2:
+        data = fastavro_bytes(WRITABLE, record)
+        for _ in range(2):
+            fields = kept.read(data)
+            assert fields == plain.read(data)
+            for value in vars(fields).values() if make else fields.values():
+                if isinstance(value, list):
+                    value.append(None)  # the next read must not see it
+    assert not kept.memos[0].widths  # looked up by the rest of the bytes alone
+
+
+def _namespace(names: list[str]) -> Any:
+    """A ``make`` building an object with an attribute per field."""
+
+    def make(*values: Any) -> SimpleNamespace:
+        return SimpleNamespace(**dict(zip(names, values, strict=True)))
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "record", "name": "U", "fields": [
+            {"name": "u", "type": ["null", "string", {"type": "record", "name": "P",
+                                                     "fields": []}]}]},
+        {"type": "record", "name": "Node", "fields": [
+            {"name": "next", "type": {"type": "array", "items": "Node"}}]},
+    ],
+)  # fmt: skip
+def test_what_the_tuple_form_cannot_convert_is_refused(schema: dict[str, Any]) -> None:
+    """A union of a record and more than null (which branch is a dict?), and recursion."""
+    with pytest.raises(UnsupportedSchemaError):
+        generate_reader(parsed(schema), tuple_records=True)

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from schemas import SCHEMA_DIR
 from services.timer import record_bytes
-from services.timer.field_code import FieldCode
 from services.timer.record_bytes import RecordBytes
 from services.timer.stored_state import StoredStates, TimerState
+from streams.avro_writer import GeneratedWriter
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.records import Job
@@ -307,18 +307,14 @@ def _no_address(message: str) -> str:
 def test_generated_code_that_disagrees_with_the_codec_is_not_used(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def one_byte_more(schema: Any, first: int = 0, stop: Any = None, **options: Any) -> FieldCode:
-        code = real(schema, first, stop, **options)
-        return FieldCode(
-            code.names,
-            lambda record: code.encode(record) + b"\x00",
-            code.decode,
-            code.to_record,
-            code.from_record,
+    def one_byte_more(schema: Any, **options: Any) -> GeneratedWriter:
+        writer = real(schema, **options)
+        return GeneratedWriter(
+            lambda record: writer.encode(record) + b"\x00", writer.to_record, writer.source
         )
 
-    real = record_bytes.field_code
-    monkeypatch.setattr(record_bytes, "field_code", one_byte_more)
+    real = record_bytes.generate_writer
+    monkeypatch.setattr(record_bytes, "generate_writer", one_byte_more)
     with caplog.at_level(logging.WARNING, logger="streams.fast_path"):
         states = StoredStates(CODEC)
     assert not states.record.fast
