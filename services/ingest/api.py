@@ -19,12 +19,13 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import orjson
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from services.ingest.async_creates import AsyncCreates
 from services.ingest.client import CommandReceipt, KafkronClient
 from services.ingest.create_lane import CreateLane, unprocessable
+from services.ingest.dag_runs import ViewReads, dag_run_body, recent_runs, run_nodes
 from services.ingest.exceptions import (
     JobConflictError,
     JobNotFoundError,
@@ -34,6 +35,7 @@ from services.ingest.exceptions import (
 from services.ingest.openapi import document_creates
 from services.ingest.presenters import dead_letter_body, iso, job_body
 from services.ingest.settings import IngestSettings
+from services.ingest.validation import JOB_ID_PATTERN, MAX_EPOCH_MS
 from services.ingest.view import StatusView
 from services.ingest.view_store import InvalidCursorError
 from streams.codec import Codec
@@ -112,9 +114,13 @@ def create_app(settings: IngestSettings) -> FastAPI:
         view: StatusView = request.app.state.view
         return view
 
-    @app.get("/api/jobs/{job_id}")
-    def get_job(job_id: str, request: Request) -> dict[str, Any]:
-        """The job's definition, state, next run and recent executions."""
+    def reads_of(request: Request) -> ViewReads:
+        view = view_of(request)
+        limit = settings.recent_executions_per_job
+        return ViewReads(view.job, view.executions, view.dependents, limit)
+
+    def known_job(request: Request, job_id: str) -> dict[str, Any]:
+        """The job as the view knows it, after it read this instance's writes of it."""
         view = view_of(request)
         # Read-your-writes for commands this instance wrote (no broker round trip).
         written = client_of(request).written_through(job_id)
@@ -123,8 +129,36 @@ def create_app(settings: IngestSettings) -> FastAPI:
         job = view.job(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
+        return job
+
+    @app.get("/api/jobs/{job_id}")
+    def get_job(job_id: str, request: Request) -> dict[str, Any]:
+        """The job's definition, state, next run, recent executions and (of a dependent)
+        recent DAG runs."""
+        view = view_of(request)
+        job = known_job(request, job_id)
         now_ms = time.time_ns() // 1_000_000
-        return job_body(job, view.executions(job_id), view.running(job_id), now_ms)
+        body = job_body(job, view.executions(job_id), view.running(job_id), now_ms)
+        body["dag_runs"] = recent_runs(job, reads_of(request))
+        return body
+
+    @app.get("/api/dag-runs/{root_job_id}/{run_key_ms}", response_model=None)
+    def get_dag_run(
+        request: Request,
+        root_job_id: Annotated[str, Path(pattern=JOB_ID_PATTERN)],
+        run_key_ms: Annotated[int, Path(ge=0, le=MAX_EPOCH_MS)],
+    ) -> dict[str, Any] | Response:
+        """Every job of one DAG run: the root, its transitive dependents, their statuses."""
+        root = known_job(request, root_job_id)
+        if root["depends_on"]:
+            message = (
+                f"job {root_job_id} is not a root: it depends on "
+                f"{', '.join(root['depends_on'])}; a DAG run is named by a root without "
+                "depends_on (one of its transitive upstreams)"
+            )
+            return _invalid("path", ["root_job_id"], message, "value_error", root_job_id)
+        nodes, truncated = run_nodes(root_job_id, run_key_ms, reads_of(request))
+        return dag_run_body(root_job_id, run_key_ms, nodes, truncated)
 
     @app.delete("/api/jobs/{job_id}")
     def cancel_job(job_id: str, request: Request) -> dict[str, Any]:

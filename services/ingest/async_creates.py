@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -47,6 +47,7 @@ from services.ingest.creates import (
     encode_create,
     plan_create,
 )
+from services.ingest.dag_admission import DagItem, refusals_async
 from services.ingest.exceptions import (
     JobConflictError,
     JobRequestError,
@@ -57,7 +58,7 @@ from services.ingest.producer import partition_for_key
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import to_epoch_ms
 from services.ingest.view import StatusView
-from streams.codec import Codec
+from streams.codec import Codec, RecordKind
 from streams.exceptions import KafkaDeliveryError, KafkronError
 from streams.records import JobStatus
 
@@ -132,7 +133,7 @@ class AsyncCreates:
         writers: dict[str, int] = {}  # job id -> index of the item that writes it
         try:
             await self._decide_and_write(
-                planned, outcomes, claims, waits, writers, writes, receipts, now_us
+                items, planned, outcomes, claims, waits, writers, writes, receipts, now_us
             )
         finally:  # claims that wrote nothing (a repeat, an error), or an error in here
             for claim in claims.values():
@@ -157,6 +158,7 @@ class AsyncCreates:
 
     async def _decide_and_write(
         self,
+        items: Sequence[tuple[Any, str | None]],
         planned: list[PlannedCreate | None],
         outcomes: list[Outcome | None],
         claims: dict[str, Claim],
@@ -191,8 +193,62 @@ class AsyncCreates:
                     )  # fmt: skip
             except _ITEM_ERRORS as exc:
                 outcomes[index] = exc
+        await self._refuse_unrunnable(items, writes, planned, claims, outcomes)
         if writes:
             await self._write(writes, planned, claims, receipts, outcomes)
+
+    async def _refuse_unrunnable(
+        self,
+        items: Sequence[tuple[Any, str | None]],
+        writes: list[tuple[int, bytes, bytes]],
+        planned: list[PlannedCreate | None],
+        claims: dict[str, Claim],
+        outcomes: list[Outcome | None],
+    ) -> None:
+        """Take the DAG jobs nothing could run out of ``writes`` (their outcome: the 422, or
+        a 503 when the view could not catch up to know their upstreams)."""
+        upstreams = [_depends_on(items[index][0], planned[index]) for index, _, _ in writes]
+        if not any(upstreams):  # the bulk case: a list comprehension, nothing looked up
+            return
+        dag_items = []
+        for (index, _, value), depends_on in zip(writes, upstreams, strict=True):
+            plan = planned[index]
+            dag_items.append(DagItem(index, None if plan is None else plan.job_id, depends_on,
+                                     value))  # fmt: skip
+        dag_items.sort(key=lambda item: item.index)  # the bulk encoder's items come first
+        refused = await refusals_async(dag_items, self._job_record, self._decode, self._caught_up)
+        if not refused:
+            return
+        writes[:] = [write for write in writes if write[0] not in refused]
+        for index, error in refused.items():
+            outcomes[index] = error
+            plan = planned[index]
+            claim = None if plan is None else claims.get(plan.job_id)
+            if claim is not None:  # its waiters create again themselves (and hear why)
+                claim.answer = None
+                self._own.release(claim, error)
+
+    def _job_record(self, job_id: str) -> dict[str, Any] | None:
+        """A job as the view knows it, else as this process created it a moment ago.
+
+        The view first: a claim's record is a create, and a claim outlives the view reading
+        it until the next prune, so a later cancel would hide behind it. Claims change only
+        on this loop, so one the view has not read yet cannot vanish between the two reads.
+        """
+        found = self._view.job(job_id)
+        if found is not None:
+            return found
+        claim = self._own.get(job_id)
+        return None if claim is None or claim.record is None else self._decode(claim.record)
+
+    def _decode(self, value: bytes) -> dict[str, Any]:
+        return self._codec.decode(RecordKind.JOB, value)
+
+    async def _caught_up(self, job_ids: Collection[str]) -> bool:
+        """Wait until the view (or this process's own writes) covers these jobs' partitions."""
+        count, topic = self._settings.kafka.partitions, self._view.jobs_topic
+        partitions = {(topic, partition_for_key(j.encode(), count)) for j in job_ids}
+        return await self._catch_up.caught_up(partitions, self._settings.view_catch_up_timeout_s)
 
     def _plan(self, request: Any, key: str | None, now_us: int) -> PlannedCreate:
         """A keyed plain one-off through the bulk encoder (no pydantic), else pydantic."""
@@ -237,7 +293,7 @@ class AsyncCreates:
         where = {key: (partition, offset) for key, partition, offset in group.written}
         topic = group.topic
         written: list[tuple[Claim, tuple[str, int], int]] = []
-        for index, job_key, _ in writes:
+        for index, job_key, value in writes:
             error = group.error_for(job_key)
             receipt = receipts[index]
             plan = planned[index]
@@ -253,6 +309,8 @@ class AsyncCreates:
                 )  # fmt: skip
             if error is None:
                 outcomes[index] = receipt
+                if claim is not None:
+                    claim.record = value
                 located = where.get(job_key)
                 if claim is not None and located is not None:
                     written.append((claim, (topic, located[0]), located[1]))
@@ -349,6 +407,14 @@ class AsyncCreates:
             return replace(answer_repeat_of(first_plan, first, plan), created=False)
         except JobConflictError as exc:
             return exc
+
+
+def _depends_on(request: Any, plan: PlannedCreate | None) -> Sequence[str]:
+    """The validated ``depends_on`` of an item about to be written (empty when none)."""
+    if plan is not None and plan.create is not None:
+        return plan.create.depends_on or ()
+    found = request.get("depends_on") if type(request) is dict else None
+    return found or ()
 
 
 def _all(answers: list[Outcome | None]) -> list[Outcome]:

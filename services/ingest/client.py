@@ -7,9 +7,12 @@ Where the current state of a job comes from (needed to cancel, pause, resume or 
 and to answer a repeated create): a :class:`JobStateLookup`. The REST API passes its own
 :class:`~services.ingest.view.StatusView`. A client built without one opens a private
 StatusView on ``settings.view_path`` the first time it needs state (never for a create
-without idempotency key or job id, nor for ``submit_many``); it catches up from its stored
-offsets, so keep that directory across restarts. Before reading, a command waits until the
-view has applied everything committed to the job's partitions at that moment.
+without idempotency key, job id or ``depends_on``, nor for a ``submit_many`` without
+``depends_on``); it catches up from its stored offsets, so keep that directory across
+restarts. A job with ``depends_on`` is refused (``JobRequestError`` at ``depends_on``) when
+nothing could run it: see :mod:`services.ingest.dag_admission`. Before reading, a command
+waits until the view has applied everything committed to the job's partitions at that
+moment.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from services.ingest.creates import (
     encode_create,
     plan_create,
 )
+from services.ingest.dag_admission import DagItem, refusals
 from services.ingest.exceptions import (
     JobConflictError,
     JobNotFoundError,
@@ -45,6 +49,7 @@ from services.ingest.exceptions import (
 )
 from services.ingest.producer import CommandProducer, Delivered, partition_for_key
 from services.ingest.settings import IngestSettings
+from services.ingest.validation import JobCreate
 from streams.codec import Codec, RecordKind
 from streams.records import JobStatus
 from streams.topics import TopicNames
@@ -77,6 +82,12 @@ class CommandReceipt:
 
 def _now_us() -> int:
     return time.time_ns() // 1000
+
+
+def _depends_on(job: JobRequest) -> Sequence[str]:
+    """The ``depends_on`` of a validated request (empty when it has none)."""
+    found = job.depends_on if isinstance(job, JobCreate) else job.get("depends_on")
+    return found or ()
 
 
 class KafkronClient:
@@ -138,6 +149,12 @@ class KafkronClient:
             if existing is not None:
                 return answer_repeat(existing, planned)
         value, receipt = encode_create(planned, self._settings, self._codec, self._clock_us())
+        assert planned.create is not None
+        if planned.create.depends_on:
+            item = DagItem(0, planned.job_id, planned.create.depends_on, value)
+            refused = self._refusals([item])
+            if refused:
+                raise refused[0]
         self._remember(self._producer.send(self._names.jobs, planned.job_id.encode(), value))
         return receipt
 
@@ -172,8 +189,37 @@ class KafkronClient:
                 gc.enable()
         if errors:
             raise JobRequestError(errors)
+        upstreams = [_depends_on(job) for job in jobs]
+        if any(upstreams):  # the plain bulk load: one pass, no lookup
+            triples = zip(ids, upstreams, encoded, strict=True)
+            items = [DagItem(i, j, deps, value) for i, (j, deps, (_, value)) in enumerate(triples)]
+            refused = self._refusals(items)
+            if refused:
+                raise JobRequestError(
+                    [{**e, "loc": [i, *e["loc"]]} for i, error in sorted(refused.items())
+                     for e in error.errors]
+                )  # fmt: skip
         self._remember(self._producer.send_bulk(self._names.jobs, encoded))
         return ids
+
+    def _refusals(self, items: Sequence[DagItem]) -> dict[int, JobRequestError]:
+        """The DAG jobs among ``items`` nothing could run (see ``dag_admission``)."""
+        state = self._state()
+
+        def decode(value: bytes) -> dict[str, Any]:
+            return self._codec.decode(RecordKind.JOB, value)
+
+        def catch_up(job_ids: Collection[str]) -> None:
+            partitions = {tp for j in job_ids for tp in self._partitions_of(j, results=False)}
+            timeout_s = self._settings.view_catch_up_timeout_s
+            if not state.wait_until_caught_up(timeout_s, partitions):
+                raise ViewNotReadyError(
+                    f"the status view did not read the jobs named in depends_on within "
+                    f"{timeout_s:g}s; retry shortly",
+                    retry_after_s=1.0,
+                )
+
+        return refusals(items, state.job, decode, catch_up)
 
     # commands on existing jobs -----------------------------------------------------------
 

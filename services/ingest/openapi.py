@@ -6,7 +6,8 @@ validate them (``JobCreate``) or describe them (``JobBatch``, ``BatchAnswer``).
 
 FastAPI documents its own routes with 200 and 422 only; this adds the answers of the API's
 exception handlers (404, 409, 503) to the routes that give them, so that the spec lists
-every status a client can get.
+every status a client can get, and the bodies of the routes that return plain dicts
+(``GET /api/jobs/{job_id}``'s DAG runs, ``GET /api/dag-runs/...``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from services.ingest.batch import (
     JobBatch,
 )
 from services.ingest.create_lane import BATCH_PATH, CREATE_PATH
+from services.ingest.dag_runs import DagRun, JobDetails
 from services.ingest.validation import JobCreate
 
-_MODELS: list[type[BaseModel]] = [JobCreate, JobBatch, CreatedJob, BatchAnswer]
+_MODELS: list[type[BaseModel]] = [JobCreate, JobBatch, CreatedJob, BatchAnswer, JobDetails, DagRun]
 
 
 def _json_of(model: type[BaseModel], description: str) -> dict[str, Any]:
@@ -44,11 +46,32 @@ _INVALID = _message("Validation error: detail lists {type, loc, msg, input}, loc
 _RETRY = _message("Not written in time or the view is behind: retry (Retry-After)")
 _NOT_FOUND = _message("No job with this id is known: check the id, or retry if it is brand new")
 _CONFLICT = _message("The command contradicts the job's state (the detail says how)")
+_INVALID_CREATE = _message(
+    "Validation error: detail lists {type, loc, msg, input}, loc naming the field. A job "
+    "with depends_on that nothing could run is refused at loc [body, depends_on], the "
+    "message naming the jobs: an upstream (direct or transitive) that does not exist or is "
+    "cancelled, a cycle (its path), or roots (upstreams without depends_on) that do not "
+    "share one schedule (the same cron expression and time zone, or the same run_at)"
+)
 _JOB_ID = "/api/jobs/{job_id}"
+DAG_RUN_PATH = "/api/dag-runs/{root_job_id}/{run_key_ms}"
 _COMMAND_ERRORS = {"404": _NOT_FOUND, "409": _CONFLICT, "503": _RETRY}
 # The answers of the exception handlers (services.ingest.api), by FastAPI route.
 ROUTE_ERRORS: dict[tuple[str, str], dict[str, Any]] = {
-    (_JOB_ID, "get"): {"404": _NOT_FOUND, "503": _RETRY},
+    (_JOB_ID, "get"): {
+        "200": _json_of(JobDetails, "The job; a dependent's with its newest DAG runs"),
+        "404": _NOT_FOUND,
+        "503": _RETRY,
+    },
+    (DAG_RUN_PATH, "get"): {
+        "200": _json_of(DagRun, "Every job of the run, each after its upstreams"),
+        "404": _message("No job with this root_job_id is known (the detail names it)"),
+        "503": _RETRY,
+        "422": _message(
+            "loc [path, run_key_ms]: not an integer of epoch milliseconds; loc [path, "
+            "root_job_id]: not a job id, or a job with depends_on (not a root)"
+        ),
+    },
     (_JOB_ID, "delete"): _COMMAND_ERRORS,
     (f"{_JOB_ID}/trigger", "post"): _COMMAND_ERRORS,
     (f"{_JOB_ID}/pause", "post"): _COMMAND_ERRORS,
@@ -87,7 +110,7 @@ PATHS: dict[str, Any] = {
                 "200": _json_of(CreatedJob, "A repeat of an earlier create: its answer"),
                 "409": _message("The key was used with another body, or the job_id exists"),
                 "413": _TOO_LARGE,
-                "422": _INVALID,
+                "422": _INVALID_CREATE,
                 "503": _RETRY,
             },
         }
@@ -101,7 +124,9 @@ PATHS: dict[str, Any] = {
             "idempotency key. Answers 200 with one answer per item in request order, each "
             "with the status_code a single create would have answered (201, 200 for a "
             "repeat, 409, 422 with loc [body, items, index, job, field], 503 to retry); a "
-            "bad item never holds up the others. Every 201/200 item is durable.",
+            "bad item never holds up the others. Every 201/200 item is durable. An item "
+            "with depends_on may name jobs of earlier items of the batch (not later ones); "
+            "one nothing could run is a 422 at [body, items, index, job, depends_on].",
             "requestBody": {"required": True, **_json_of(JobBatch, "The creates")},
             "responses": {
                 "200": _json_of(BatchAnswer, "Every item's answer"),

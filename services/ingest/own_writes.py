@@ -39,13 +39,16 @@ class Claim:
     None, or the error that the first create got (its record is not known to be written).
     """
 
-    __slots__ = ("answer", "job_id", "offset", "settled")
+    __slots__ = ("answer", "job_id", "offset", "record", "settled")
 
     def __init__(self, job_id: str, settled: asyncio.Future[KafkronError | None]) -> None:
         self.job_id = job_id
         self.answer: RepeatAnswer | None = None
         self.settled = settled
         self.offset: tuple[TopicPartitionKey, int] | None = None
+        # The encoded Job once durable: a dependent created before the view reads it
+        # finds its upstream here (services.ingest.dag_admission).
+        self.record: bytes | None = None
 
 
 class OwnWrites:

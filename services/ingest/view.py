@@ -64,7 +64,8 @@ class StatusView:
     """Job state, run history and dead letters for the API and the client library.
 
     ``start()`` opens the store and starts the consumer thread; ``close()`` stops both.
-    Reads (``job``, ``executions``, ``running``, ``dead_letters``) are served from RocksDB.
+    Reads (``job``, ``executions``, ``running``, ``dependents``, ``dead_letters``) are served
+    from RocksDB.
     """
 
     def __init__(self, settings: IngestSettings, codec: Codec | None = None) -> None:
@@ -193,6 +194,10 @@ class StatusView:
     def running(self, job_id: str) -> dict[str, int]:
         """The job's executions STARTED without an outcome yet (execution_id -> attempt)."""
         return self.store.running(job_id)
+
+    def dependents(self, job_id: str, limit: int) -> list[str]:
+        """The jobs whose ``depends_on`` names ``job_id`` (sorted, at most ``limit``)."""
+        return self.store.dependents(job_id, limit)
 
     def dead_letters(
         self, cursor: str | None, limit: int

@@ -7,6 +7,10 @@ Key layout (one RocksDB, raw bytes; prefixes keep the kinds apart):
 * ``r\\0<job_id>``: JSON object ``{execution_id: attempt}`` of executions STARTED without
   an outcome yet (RUNNING); absent when none
 * ``d\\0<dead_at_ms:8><partition:4><offset:8>``: JSON summary of one dead letter
+* ``u\\0<job_id>``: JSON list of the job's ``depends_on`` (only for jobs that have one), so
+  an update or a tombstone finds the edges to drop without decoding the old record
+* ``c\\0<upstream>\\0<dependent>``: empty; one per edge, the reverse index of ``depends_on``
+  (job ids never contain ``\\0``), read by a prefix scan for a job's direct dependents
 * ``o\\0<topic>\\0<partition>``: 8-byte next offset to consume, written in the same
   WriteBatch as the data it covers, so a restart resumes exactly there
 * ``m\\0undecodable``: 8-byte count of records skipped because they did not decode
@@ -21,7 +25,7 @@ import base64
 import binascii
 import json
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,7 @@ from streams.records import ExecutionStatus
 _U64 = struct.Struct(">Q")
 _DLQ_KEY = struct.Struct(">QIQ")
 _JOB, _EXECS, _RUNNING, _DLQ, _OFFSET, _META = b"j\0", b"e\0", b"r\0", b"d\0", b"o\0", b"m\0"
+_UPSTREAMS, _CHILD = b"u\0", b"c\0"
 _UNDECODABLE = _META + b"undecodable"
 _DLQ_END = _DLQ + b"\xff" * _DLQ_KEY.size
 
@@ -114,6 +119,17 @@ class ViewStore:
         """Executions of the job STARTED without an outcome yet: execution_id -> attempt."""
         stored = self.get(_RUNNING + job_id.encode())
         return {} if stored is None else dict(json.loads(stored))
+
+    def dependents(self, job_id: str, limit: int) -> list[str]:
+        """The jobs whose ``depends_on`` names ``job_id`` (sorted, at most ``limit``)."""
+        prefix = _CHILD + job_id.encode() + b"\0"
+        found: list[str] = []
+        for raw_key in self._db.keys(from_key=prefix):
+            key = bytes(raw_key)  # type: ignore[arg-type]  # raw mode: keys are bytes
+            if not key.startswith(prefix) or len(found) == limit:
+                break
+            found.append(key[len(prefix) :].decode())
+        return found
 
     def dead_letters(
         self, cursor: str | None, limit: int
@@ -199,6 +215,7 @@ class ViewBatch:
             if key is not None:
                 for prefix in (_JOB, _EXECS, _RUNNING):
                     self._pending[prefix + key] = None
+                self._replace_edges(key, ())
             return
         record = self._store.job_reader.decode(value)
         reason = self._codec.bounds.key_reason(self._codec.record_name(RecordKind.JOB), key, record)
@@ -209,6 +226,23 @@ class ViewBatch:
         if stored is not None and _U64.unpack(stored[:8])[0] >= record["version"]:
             return  # a stale or repeated command never overwrites a newer one
         self._pending[job_key] = _U64.pack(record["version"]) + value
+        depends_on = record["depends_on"]
+        if depends_on or stored is not None:  # a brand-new job without edges costs nothing
+            self._replace_edges(record["job_id"].encode(), depends_on)
+
+    def _replace_edges(self, job: bytes, depends_on: Sequence[str]) -> None:
+        """Keep the reverse index of ``depends_on`` equal to the job's current edges."""
+        key = _UPSTREAMS + job
+        stored = self._get(key)
+        old = set() if stored is None else set(json.loads(stored))
+        new = set(depends_on)
+        if old == new:
+            return
+        for upstream in old - new:
+            self._pending[_CHILD + upstream.encode() + b"\0" + job] = None
+        for upstream in new - old:
+            self._pending[_CHILD + upstream.encode() + b"\0" + job] = b""
+        self._pending[key] = _dumps(sorted(new)) if new else None
 
     def apply_result(self, value: bytes) -> None:
         """A record of ``job-results``: merged into recent and running executions."""
