@@ -150,6 +150,7 @@ def _probes() -> list[dict[str, Any]]:
         "tenant": "t",
         "labels": {},
         "manual_fire_at_ms": None,
+        "backfill": None,
         "idempotency_key": None,
         "request_hash": None,
         "created_at_ms": 1_780_000_000_000,
@@ -170,6 +171,7 @@ def _probes() -> list[dict[str, Any]]:
         "overlap": "REPLACE",
         "labels": {"k": "v", "é": "w" * 70},
         "manual_fire_at_ms": 3,
+        "backfill": {"from_ms": 1, "to_ms": 1_780_000_000_000, "per_s": 200, "requested_at_ms": 9},
         "idempotency_key": "key",
         "request_hash": "hashé",
     }

@@ -193,6 +193,15 @@ class CronSchedule(AvroRecord):
     fold_policy: FoldPolicy = FoldPolicy.AUTO
 
 
+class Backfill(AvroRecord):
+    """A request to run a recurring job's ticks in [from_ms, to_ms] now (trigger BACKFILL)."""
+
+    from_ms: AvroLong
+    to_ms: AvroLong
+    per_s: AvroInt
+    requested_at_ms: AvroLong
+
+
 class Job(AvroRecord):
     """Full desired state of one job on the compacted ``jobs`` topic (key job_id)."""
 
@@ -215,6 +224,7 @@ class Job(AvroRecord):
     tenant: str = "default"
     labels: dict[str, str] = Field(default_factory=dict)
     manual_fire_at_ms: AvroLong | None = None
+    backfill: Backfill | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None
     created_at_ms: AvroLong

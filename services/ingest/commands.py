@@ -131,6 +131,7 @@ def submit_record(
         "tenant": create.tenant,
         "labels": dict(create.labels),
         "manual_fire_at_ms": None,
+        "backfill": None,
         "idempotency_key": idempotency_key,
         "request_hash": hash_of_request,
         "created_at_ms": now_ms,

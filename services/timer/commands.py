@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.timer import keys
+from services.timer.backfill import accept_backfill
 from services.timer.firing import (
     CANCELLED_DELETED,
     CANCELLED_JOB,
@@ -70,6 +71,7 @@ def apply_job(scope: Scope, job_id: bytes, value: bytes | None, job: dict[str, A
     else:
         reschedule(scope, state, job, resume_catchup=still_overdue)
         accept_manual(scope, state, job)
+        accept_backfill(scope, state, job)
     save_state(scope, state)
 
 

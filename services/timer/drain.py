@@ -10,6 +10,7 @@ through the job's state.
 from __future__ import annotations
 
 from services.timer import keys
+from services.timer.backfill import fire_backfill
 from services.timer.firing import fire_manual, fire_schedule
 from services.timer.retention import fire_retention, write_retention
 from services.timer.retries import fire_retry
@@ -80,6 +81,9 @@ def fire_entry(scope: Scope, key: bytes, value: bytes) -> None:
         return
     if parsed.kind == keys.TOMBSTONE:
         fire_retention(scope, key, value)  # lists many jobs: none of them is the key's own
+        return
+    if parsed.kind == keys.BACKFILL:
+        fire_backfill(scope, key, value)  # reads the job's state, never writes it
         return
     state = load_state(scope, parsed.job_id)
     if state is None or (parsed.kind == keys.SCHEDULE and state.sched_fire_ms != parsed.fire_ms):

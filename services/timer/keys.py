@@ -5,6 +5,8 @@ Layout, parsed from both ends (a job id may hold any byte):
 * ``SCHEDULE``  ``fire_ms | job_id | b"S"``: the job's next scheduled tick (cron or one-off).
 * ``MANUAL``    ``fire_ms | job_id | tick_ms | b"M"``: a trigger-now fire of ``tick_ms``.
 * ``RETRY``     ``fire_ms | job_id | tick_ms | b"R"``: the next attempt of execution ``tick_ms``.
+* ``BACKFILL``  ``fire_ms | job_id | tick_ms | b"B"``: the next slice of a backfill, from
+  ``tick_ms`` (its value: ``backfill.py``).
 * ``TOMBSTONE`` ``fire_ms | job_id | b"T"``: delete finished one-offs from ``jobs``: the
   key's job, or every job its value lists (``retention.py``).
 
@@ -21,9 +23,10 @@ SCHEDULE = ord("S")
 MANUAL = ord("M")
 RETRY = ord("R")
 TOMBSTONE = ord("T")
+BACKFILL = ord("B")
 
-_WITH_TICK = frozenset({MANUAL, RETRY})
-_KINDS = frozenset({SCHEDULE, MANUAL, RETRY, TOMBSTONE})
+_WITH_TICK = frozenset({MANUAL, RETRY, BACKFILL})
+_KINDS = frozenset({SCHEDULE, MANUAL, RETRY, TOMBSTONE, BACKFILL})
 _TIME_LEN = 8
 _MAX_MS = 2**64 - 1
 _PACK_U64 = struct.Struct(">Q").pack
@@ -59,6 +62,11 @@ def retry_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
     return pack_ms(fire_ms) + job_id + pack_ms(tick_ms) + b"R"
 
 
+def backfill_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
+    """Key of the next slice of a backfill, from ``tick_ms``, firing at ``fire_ms``."""
+    return pack_ms(fire_ms) + job_id + pack_ms(tick_ms) + b"B"
+
+
 def tombstone_key(fire_ms: int, job_id: bytes) -> bytes:
     """Key of the deletion of a finished one-off job, at ``fire_ms``."""
     return pack_ms(fire_ms) + job_id + b"T"
@@ -66,7 +74,7 @@ def tombstone_key(fire_ms: int, job_id: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class WheelKey:
-    """A parsed wheel key; ``tick_ms`` is set for manual and retry entries only."""
+    """A parsed wheel key; ``tick_ms`` is set for manual, retry and backfill entries only."""
 
     fire_ms: int
     job_id: bytes

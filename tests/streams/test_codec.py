@@ -123,6 +123,12 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
         "tenant": "acme",
         "labels": {"team": "data", "ünïcode": "✓"},
         "manual_fire_at_ms": 1_700_000_000_000,
+        "backfill": {
+            "from_ms": 1_600_000_000_000,
+            "to_ms": 1_600_086_400_000,
+            "per_s": 50,
+            "requested_at_ms": 1_700_000_000_000,
+        },
         "idempotency_key": "create-42",
         "request_hash": "ab" * 32,
         "created_at_ms": 1_600_000_000_000,

@@ -66,6 +66,10 @@ jobs = st.fixed_dictionaries(
         "tenant": texts,
         "labels": st.dictionaries(texts, texts, max_size=3),
         "manual_fire_at_ms": st.none() | longs,
+        "backfill": st.none()
+        | st.fixed_dictionaries(
+            {"from_ms": longs, "to_ms": longs, "per_s": ints, "requested_at_ms": longs}
+        ),
         "idempotency_key": st.none() | texts,
         # Often a text ending in a non-ASCII character: the byte before the timestamps then
         # looks like a varint continuation byte (the reader's cache must not be fooled).
@@ -160,6 +164,15 @@ valid_jobs = st.fixed_dictionaries(
         "tenant": names,
         "labels": st.dictionaries(texts, texts, max_size=3),
         "manual_fire_at_ms": st.none() | epoch_ms,
+        "backfill": st.none()
+        | st.fixed_dictionaries(
+            {
+                "from_ms": epoch_ms,
+                "to_ms": epoch_ms,
+                "per_s": st.integers(1, 10_000),
+                "requested_at_ms": epoch_ms,
+            }
+        ),
         "idempotency_key": st.none() | texts,
         "request_hash": st.none() | texts,
         "created_at_ms": epoch_ms,

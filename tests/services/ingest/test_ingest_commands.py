@@ -119,6 +119,7 @@ def test_submit_record_is_a_valid_job_that_round_trips_the_codec() -> None:
         "tenant": "acme",
         "labels": {"team": "data"},
         "manual_fire_at_ms": None,
+        "backfill": None,
         "idempotency_key": "k",
         "request_hash": "h",
         "created_at_ms": NOW_MS,
