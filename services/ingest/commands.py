@@ -150,6 +150,7 @@ def first_run_at_ms(job: Mapping[str, Any], after_ms: int) -> int | None:
 
 def _updated(current: Mapping[str, Any], now_us: int, **changes: Any) -> JobRecord:
     record = dict(current)
+    record["backfill"] = None  # a backfill is acted on by the record that asks for it only
     record.update(changes)
     record["version"] = next_version(current["version"], now_us)
     record["updated_at_ms"] = now_us // 1000
