@@ -68,8 +68,10 @@ def test_a_window_backfilled_twice_runs_each_tick_once(
                 120,
                 f"the 10 backfilled ticks SUCCEEDED (backfill {version})",
             )
+
         def emitted() -> list[str]:
-            return [d["execution_id"] for d in dues.decoded("due.normal", RecordKind.DUE_EVENT)]
+            events = dues.decoded("due.normal", RecordKind.DUE_EVENT)
+            return [d["execution_id"] for d in events if d["trigger"] == "BACKFILL"]
 
         dues.wait_for(lambda _: sorted(emitted()) == sorted(wanted * 2), 60, "both backfills")
         quiet_until = time.monotonic() + 3.0  # the second backfill's DueEvents are consumed
