@@ -10,25 +10,34 @@ An encoder writes exactly the bytes fastavro writes for the same values. It read
 top-level fields as attributes of an object, or (``attribute`` False) items of a dict; a
 nested record is a dict, or (``tuple_records``) a tuple of its fields' values in schema
 order, as :func:`~streams.avro_reader.generate_reader` returns them. Supported types: null,
-boolean, long, string, bytes, enum, array, record, and unions of null and one type; any
-other raises :class:`UnsupportedSchemaError`. Longs of more than one byte (epoch
+boolean, int, long, float, double, string, bytes, enum, array, record, and unions of null and
+one type; any other raises :class:`UnsupportedSchemaError`. Longs of more than one byte (epoch
 milliseconds: 6 bytes, ~0.5 us to write in Python) come from bounded memos, value -> bytes
 (per union branch, with its index): records that share their times write each once.
+
+The same generator writes templates (:func:`generate_writer`'s ``params`` and after): an
+encoder of some fields from its arguments, others already encoded or fixed, and runs of
+fields kept by their values, for hot paths that splice records from bytes they hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from streams.avro_binary import avro_long
 from streams.avro_source import MEMO_ENTRIES, SchemaSource
-from streams.exceptions import UnsupportedSchemaError
+from streams.exceptions import ConfigurationError, UnsupportedSchemaError
 
 __all__ = ["GeneratedWriter", "generate_writer"]
 
 _ONE_BYTE_LONGS = tuple(avro_long(i) for i in range(64))
+_DOUBLE = struct.Struct("<d").pack
+_FLOAT = struct.Struct("<f").pack
+MAX_MEMO_KEY_BYTES = 256
+"""The most bytes of strings and bytes a memo of a run of fields keeps a run for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +45,7 @@ class GeneratedWriter:
     """A compiled encoder: ``encode(value)`` is the prefix and the Avro binary of ``value``;
     ``to_record(value)`` is ``value`` as the codec encodes it (a dict, nested records too)."""
 
-    encode: Callable[[Any], bytes]
+    encode: Callable[..., bytes]
     to_record: Callable[[Any], dict[str, Any]]
     source: str
 
@@ -47,28 +56,47 @@ def generate_writer(
     attribute: bool = True,
     tuple_records: bool = False,
     prefix: bytes = b"",
+    params: Sequence[str] = ("o",),
+    sources: Mapping[str, str] | None = None,
+    encoded: Mapping[str | tuple[str, str], str] | None = None,
+    constants: Mapping[str, Any] | None = None,
+    enum_values: Mapping[str, Sequence[Any]] | None = None,
+    memos: Sequence[tuple[str, str]] = (),
 ) -> GeneratedWriter:
     """The encoder of records of ``schema`` (a record schema as fastavro parses it), its
     output starting with ``prefix`` (e.g. the single-object header).
 
-    Raises :class:`UnsupportedSchemaError` for a schema it writes no code for.
+    By default ``encode(o)`` reads each field from ``o``; a template is written with the
+    rest: ``encode`` takes ``params``; ``sources`` maps a field to the expression of its
+    value over them (default: the field of the first); ``encoded`` maps a field, or a run
+    ``(first, last)``, to the expression of its bytes already encoded (for a union of null
+    and one type, of the other branch's value); ``constants`` fixes fields' values, encoded
+    once here; ``enum_values`` gives, by an enum's full name, what stands for each symbol
+    (e.g. its index); ``memos`` names runs ``(first, last)`` of fields encoded once per
+    values (bounded: see :data:`MAX_MEMO_KEY_BYTES`). Raises :class:`UnsupportedSchemaError`
+    for a schema it writes no code for, ``ConfigurationError`` for fields that are not the
+    schema's.
     """
-    source = _WriteSource(schema.get("__named_schemas", {}), tuple_records=tuple_records)
+    source = _WriteSource(
+        schema.get("__named_schemas", {}), tuple_records=tuple_records, enum_values=enum_values
+    )
     fields = list(schema["fields"])
+    plan = _Plan(fields, params, attribute, sources or {}, encoded or {}, constants or {}, memos)
     with source.inside(schema):
-        values = [_access("o", str(f["name"]), attribute) for f in fields]
-        source.emit("", "def encode(o):")
-        source.emit("    ", *(f"v{i} = {value}" for i, value in enumerate(values)))
+        source.emit("", f"def encode({', '.join(params)}):")
         parts = [repr(prefix)] if prefix else []
-        parts += [source.write(f["type"], f"v{i}") for i, f in enumerate(fields)]
+        parts += plan.parts(source)
         source.emit("    ", f"return b''.join(({''.join(f'{part}, ' for part in parts)}))")
-        items = ", ".join(
-            f"{f['name']!r}: {source.convert(f['type'], value, True)}"
-            for f, value in zip(fields, values, strict=True)
-        )
-        source.emit("", "def to_record(o):", f"    return {{{items}}}")
+        if not (encoded or constants or sources or tuple(params) != ("o",)):
+            items = ", ".join(
+                f"{f['name']!r}: {source.convert(f['type'], plan.value(i), True)}"
+                for i, f in enumerate(fields)
+            )
+            source.emit("", "def to_record(o):", f"    return {{{items}}}")
+        else:
+            source.emit("", "def to_record(o):", "    raise TypeError('a template')")
     text = source.text()
-    source.env.update(_text=_text, _blob=_blob)
+    source.env.update(_text=_text, _blob=_blob, _double=_DOUBLE, _float=_FLOAT)
     try:
         code = compile(text, f"<writer of {schema['name']}>", "exec")
     except (SyntaxError, RecursionError) as exc:  # nested too deep for Python's compiler
@@ -77,8 +105,165 @@ def generate_writer(
     return GeneratedWriter(source.env["encode"], source.env["to_record"], text)
 
 
+class _Plan:
+    """Where each field's bytes come from: read and written, given encoded, a constant, or a
+    memo of its run's values."""
+
+    def __init__(
+        self,
+        fields: list[Mapping[str, Any]],
+        params: Sequence[str],
+        attribute: bool,
+        sources: Mapping[str, str],
+        encoded: Mapping[str | tuple[str, str], str],
+        constants: Mapping[str, Any],
+        memos: Sequence[tuple[str, str]],
+    ) -> None:
+        self.fields = fields
+        self.names = [str(f["name"]) for f in fields]
+        self.params = ", ".join(params)
+        self.constants = constants
+        self.values = [
+            sources.get(name) or _access(params[0], name, attribute) for name in self.names
+        ]
+        self.given: dict[int, tuple[int, str]] = {}  # first index -> (stop, bytes expression)
+        for run, expression in encoded.items():
+            first, last = (run, run) if isinstance(run, str) else run
+            span = self.span(first, last)
+            self.given[span.start] = (span.stop, expression)
+        self.memos = {self.span(*run).start: self.span(*run) for run in memos}
+        unknown = (set(sources) | set(constants)) - set(self.names)
+        if unknown:
+            raise ConfigurationError(f"no field {sorted(unknown)}")
+
+    def span(self, first: str, last: str) -> range:
+        if first not in self.names or last not in self.names:
+            raise ConfigurationError(f"no field {first} or {last}")
+        span = range(self.names.index(first), self.names.index(last) + 1)
+        if not span:
+            raise ConfigurationError(f"{first}..{last} is empty")
+        return span
+
+    def value(self, index: int) -> str:
+        return self.values[index]
+
+    def parts(self, source: _WriteSource) -> list[str]:
+        """The expressions of the record's bytes in order, constants merged."""
+        parts: list[str | bytes] = []
+        index = 0
+        while index < len(self.fields):
+            if index in self.given:
+                stop, expression = self.given[index]
+                f = self.fields[index]
+                if stop - index == 1 and source.kind_of(f["type"]) == "union":
+                    parts.append(source.branch_byte(f["type"]))
+                parts.append(expression)
+                index = stop
+            elif index in self.memos:
+                span = self.memos[index]
+                parts.append(source.memo_run(self, span, self.params))
+                index = span.stop
+            else:
+                parts.append(self.field(source, index))
+                index += 1
+        merged: list[str] = []
+        run = b""
+        for part in parts:
+            if isinstance(part, bytes):
+                run += part
+                continue
+            if run:
+                merged.append(repr(run))
+                run = b""
+            merged.append(part)
+        return merged + ([repr(run)] if run else [])
+
+    def field(self, source: _WriteSource, index: int) -> str | bytes:
+        """The bytes of one field: a constant's, or an expression writing its value."""
+        f, name = self.fields[index], self.names[index]
+        if name in self.constants:
+            return source.constant_bytes(f["type"], self.constants[name])
+        return source.write(f["type"], self.values[index])
+
+
 class _WriteSource(SchemaSource):
     """Writes expressions of the Avro binary of values, and the helpers they call."""
+
+    def __init__(
+        self,
+        named: Mapping[str, Any],
+        *,
+        tuple_records: bool,
+        enum_values: Mapping[str, Sequence[Any]] | None,
+    ) -> None:
+        super().__init__(named, tuple_records=tuple_records)
+        self.enum_values = enum_values or {}
+
+    def branch_byte(self, avro_type: Any) -> bytes:
+        """The index byte of the branch other than null of a union of null and one type."""
+        branches = self.resolve(avro_type)
+        if len(branches) != 2 or "null" not in branches:
+            raise UnsupportedSchemaError(f"union {branches!r} (only null and one type)")
+        return avro_long(1 - branches.index("null"))
+
+    def constant_bytes(self, avro_type: Any, value: Any) -> bytes:
+        """The bytes of ``value``, written now by the code written for ``avro_type``."""
+        one = _WriteSource(
+            self.named, tuple_records=self.tuple_records, enum_values=self.enum_values
+        )
+        expression = one.write(avro_type, "v")
+        env = {**one.env, "_text": _text, "_blob": _blob, "_double": _DOUBLE, "_float": _FLOAT}
+        exec("\n".join([*one.helpers, f"def one(v):\n    return {expression}\n"]), env)
+        data: bytes = env["one"](value)
+        return data
+
+    def memo_run(self, plan: _Plan, span: range, params: str) -> str:
+        """A name holding the bytes of the fields in ``span``, encoded once per their values:
+        the key is the tuple of their values (zeros of doubles by their bytes: 0.0 == -0.0),
+        not kept when its strings and bytes hold more than :data:`MAX_MEMO_KEY_BYTES`."""
+        run = self.local("_run")
+        parts: list[str] = []
+        leaves: list[str] = []
+        sized: list[str] = []
+        for index in span:
+            f = plan.fields[index]
+            part = plan.field(self, index)
+            parts.append(repr(part) if isinstance(part, bytes) else part)
+            if plan.names[index] not in plan.constants:
+                self.leaves(f["type"], plan.values[index], leaves, sized)
+        self.helpers.append(
+            f"def {run}({params}):\n    return b''.join(({''.join(f'{p}, ' for p in parts)}))\n"
+        )
+        memo: dict[tuple[Any, ...], bytes] = {}
+        name, key = self.constant("memo", memo), self.local("k")
+        keep = self.constant("keep", _run_keeper(memo))
+        size = " + ".join(f"len({leaf})" for leaf in sized) or "0"
+        self.emit("    ", f"{key} = ({''.join(f'{leaf}, ' for leaf in leaves)})")
+        self.emit("    ", f"{run}b = {name}.get({key})", f"if {run}b is None:")
+        self.emit("    ", f"    {run}b = {keep}({key}, {size}, {run}({params}))")
+        return f"{run}b"
+
+    def leaves(self, avro_type: Any, value: str, leaves: list[str], sized: list[str]) -> None:
+        """Append the expressions of the hashable parts of ``value`` that decide its bytes."""
+        kind = self.kind_of(avro_type)
+        avro_type = self.resolve(avro_type)
+        if kind == "record":
+            with self.inside(avro_type):
+                for i, f in enumerate(avro_type["fields"]):
+                    self.leaves(f["type"], self.field_of(value, i, str(f["name"])), leaves, sized)
+            return
+        other = kind
+        if kind == "union":
+            branch = self.resolve(avro_type[1 - avro_type.index("null")])
+            other = self.kind_of(branch)
+        if other in ("record", "array", "map", "union"):
+            raise UnsupportedSchemaError(f"a memo of values of type {avro_type!r}")
+        if other in ("float", "double"):  # 0.0 == -0.0, their bytes differ: key zeros by bytes
+            leaves.append(f"({value} if {value} or {value} is None else _double({value}))")
+        else:
+            leaves.append(value)
+        if other in ("string", "bytes"):
+            sized.append(value if kind != "union" else f"({value} or b'')")
 
     def write(self, avro_type: Any, value: str) -> str:
         """An expression of the Avro binary of ``value`` (a name or an index: cheap to repeat)."""
@@ -90,7 +275,7 @@ class _WriteSource(SchemaSource):
             null_at = avro_type.index("null")
             other = avro_type[1 - null_at]
             null_byte, other_byte = avro_long(null_at), avro_long(1 - null_at)
-            if self.kind_of(other) == "long":  # the branch index memoized with the value
+            if self.kind_of(other) in ("int", "long"):  # the branch index memoized with the value
                 other_bytes = self.memo_long(other_byte, value)
             else:
                 other_bytes = f"{other_byte!r} + {self.write(other, value)}"
@@ -99,14 +284,19 @@ class _WriteSource(SchemaSource):
             return "b''"
         if kind == "boolean":
             return f"(b'\\x01' if {value} else b'\\x00')"
-        if kind == "long":
+        if kind in ("int", "long"):  # the same varint (fastavro writes an int as a long)
             return self.memo_long(b"", value)
+        if kind == "double":
+            return f"_double({value})"
+        if kind == "float":
+            return f"_float({value})"
         if kind == "string":
             return f"_text({value})"
         if kind == "bytes":
             return f"_blob({value})"
         if kind == "enum":
-            symbols = {s: avro_long(i) for i, s in enumerate(avro_type["symbols"])}
+            values = self.enum_values.get(str(avro_type["name"]), avro_type["symbols"])
+            symbols = {v: avro_long(i) for i, v in enumerate(values)}
             return f"{self.constant('enum', symbols)}[{value}]"
         if kind == "record":
             with self.inside(avro_type):
@@ -140,6 +330,19 @@ class _WriteSource(SchemaSource):
         name = self.constant("longs", memo)
         write = self.constant("write_long", _long_writer(memo, prefix))
         return f"({name}.get({value}) or {write}({value}))"
+
+
+def _run_keeper(memo: dict[tuple[Any, ...], bytes]) -> Callable[..., bytes]:
+    """What keeps a run's bytes by its values' key in ``memo`` (bounded) and returns them."""
+
+    def keep(key: tuple[Any, ...], size: int, data: bytes) -> bytes:
+        if size <= MAX_MEMO_KEY_BYTES:
+            if len(memo) >= MEMO_ENTRIES:
+                memo.clear()
+            memo[key] = data
+        return data
+
+    return keep
 
 
 def _long_writer(memo: dict[int, bytes], prefix: bytes) -> Callable[[int], bytes]:

@@ -1,45 +1,42 @@
 """ExecutionResult bytes without fastavro on the hot path: two per execution.
 
-:class:`ResultEncoder` writes the Avro single-object encoding of an ExecutionResult field by
-field, in the layout of ``execution_result.v1.avsc``. At start-up it encodes probe records
-covering every status, trigger and null/non-null union branch both ways and compares them
-with ``Codec.encode``; if any differs (the writer schema changed), it uses the codec for
-every record instead. ``tests/services/executor/test_service_outcomes.py`` checks the bytes
-against fastavro for random records.
+:class:`ResultEncoder` encodes ExecutionResults with code generated from the codec's writer
+schema (:func:`~streams.avro_writer.generate_writer`): a dict with every field, or a run's
+STARTED and SUCCEEDED results as templates (:meth:`ResultEncoder.started`,
+:meth:`ResultEncoder.succeeded`) whose ids, scheduled time, attempt and job version are the
+DueEvent's own bytes (:class:`~services.executor.due_view.DueView`), whose status, reason,
+error and worker id are encoded once, and whose times are encoded once per millisecond
+(:class:`AvroClock`).
 
-The STARTED and SUCCEEDED results of a run are spliced from a template instead
-(:meth:`ResultEncoder.started`, :meth:`ResultEncoder.succeeded`): the ids, scheduled time,
-attempt and job version are the DueEvent's own bytes (:class:`~services.executor.due_view.
-DueView`), the worker id is encoded once, and the time once per millisecond
-(:class:`AvroClock`). ``tests/services/executor/test_due_view.py`` checks them against
-``started_result`` / ``attempt_outputs`` encoded by fastavro.
+Exact or unused: at start-up it encodes probe records covering every status, trigger and
+null/non-null union branch both ways, and the templates of probe views, and compares them
+with ``Codec.encode``; if any differs (the writer schema changed), it uses the codec for
+every record instead. ``tests/services/executor/test_service_outcomes.py`` and
+``test_due_view.py`` check the bytes against fastavro for random records.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from streams.avro_binary import avro_long, avro_string
+from services.executor.due_view import DueReader, DueView, probe_records
+from streams.avro_binary import avro_long
+from streams.avro_writer import generate_writer
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from streams.exceptions import UnsupportedSchemaError
 from streams.fast_path import FastPath
-from streams.records import ExecutionStatus, Trigger
+from streams.records import Trigger
 from streams.result_probes import result_probes
 
-if TYPE_CHECKING:
-    from services.executor.due_view import DueView
-
-_NULL = b"\x00"
-_SOME = b"\x02"  # union branch 1, zig-zag encoded
-
-
-def _optional_string(value: str | None) -> bytes:
-    return _NULL if value is None else _SOME + avro_string(value)
-
-
-def _optional_long(value: int | None) -> bytes:
-    return _NULL if value is None else _SOME + avro_long(value)
+# The fields a template takes from a DueView, already encoded (execution_id..job_id as one).
+_FROM_VIEW: dict[str | tuple[str, str], str] = {
+    ("execution_id", "job_id"): "view.raw_ids",
+    "scheduled_for_ms": "view.raw_scheduled_for_ms",
+    "attempt": "view.raw_attempt",
+    "job_version": "view.raw_job_version",
+}
 
 
 class AvroClock:
@@ -67,85 +64,105 @@ class ResultEncoder:
     from its DueEvent's bytes (only while :attr:`spliced`; else encode the dicts).
     """
 
+    started: Callable[[DueView, bytes], bytes]
+    """The STARTED result of ``view``'s attempt at ``now`` (Avro long epoch ms)."""
+    succeeded: Callable[[DueView, bytes, bytes], bytes]
+    """The SUCCEEDED result of an attempt that started at ``started`` and ended ``now``."""
+
     def __init__(self, codec: Codec, worker_id: str = "") -> None:
         self._codec = codec
-        self._header = SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(RecordKind.EXECUTION_RESULT)
-        self._status = {s.value: avro_long(i) for i, s in enumerate(ExecutionStatus)}
-        self._trigger = {t.value: avro_long(i) for i, t in enumerate(Trigger)}
-        self._trigger_by_index = [self._trigger[t.value] for t in Trigger]
-        worker = _optional_string(worker_id)
-        # status, reason, error, worker_id, and the union branch of started_at_ms
-        self._started_status = self._status["STARTED"] + _NULL + _NULL + worker + _SOME
-        self._succeeded_status = self._status["SUCCEEDED"] + _NULL + _NULL + worker + _SOME
-        self.spliced = all(self._splice(r) == codec.encode(RecordKind.EXECUTION_RESULT, r)
-                           for r in _probes())  # fmt: skip
+        kind = RecordKind.EXECUTION_RESULT
+        schema, header = codec.writer_schema(kind), codec.writer_fingerprint(kind)
+        header = SINGLE_OBJECT_MAGIC + header
+        triggers = {"kafkron.Trigger": range(len(Trigger))}  # a view holds the index
+        try:
+            self._encode = generate_writer(schema, attribute=False, prefix=header).encode
+            self.started = generate_writer(
+                schema,
+                prefix=header,
+                params=("view", "now"),
+                sources={"trigger": "view.trigger"},
+                encoded={**_FROM_VIEW, "started_at_ms": "now", "recorded_at_ms": "now"},
+                constants=_outcome("STARTED", worker_id, finished=False),
+                enum_values=triggers,
+            ).encode
+            self.succeeded = generate_writer(
+                schema,
+                prefix=header,
+                params=("view", "started", "now"),
+                sources={"trigger": "view.trigger"},
+                encoded={
+                    **_FROM_VIEW,
+                    "started_at_ms": "started",
+                    "finished_at_ms": "now",
+                    "recorded_at_ms": "now",
+                },
+                constants=_outcome("SUCCEEDED", worker_id, finished=True),
+                enum_values=triggers,
+            ).encode
+            self.spliced = self._agrees(worker_id)
+        except (UnsupportedSchemaError, LookupError, AttributeError, TypeError, ValueError):
+            self.spliced = False  # a schema it writes no code for, or fields the probes lack
         self.fast_path = FastPath(
-            "the spliced ExecutionResult encoder (services/executor/result_bytes.py)", self.spliced
-        )
-
-    def started(self, view: DueView, now: bytes) -> bytes:
-        """The STARTED result of ``view``'s attempt at ``now`` (Avro long epoch ms)."""
-        return b"".join(
-            (
-                self._header,
-                view.raw_ids,
-                view.raw_scheduled_for_ms,
-                view.raw_attempt,
-                self._started_status,
-                now,  # started_at_ms
-                b"\x00\x00",  # finished_at_ms, next_attempt_at_ms: null
-                self._trigger_by_index[view.trigger],
-                view.raw_job_version,
-                now,  # recorded_at_ms
-            )
-        )
-
-    def succeeded(self, view: DueView, started: bytes, now: bytes) -> bytes:
-        """The SUCCEEDED result of an attempt that started at ``started`` and ended ``now``."""
-        return b"".join(
-            (
-                self._header,
-                view.raw_ids,
-                view.raw_scheduled_for_ms,
-                view.raw_attempt,
-                self._succeeded_status,
-                started,
-                _SOME,
-                now,  # finished_at_ms
-                _NULL,  # next_attempt_at_ms
-                self._trigger_by_index[view.trigger],
-                view.raw_job_version,
-                now,  # recorded_at_ms
-            )
+            "the generated ExecutionResult encoder (services/executor/result_bytes.py)",
+            self.spliced,
         )
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         """The single-object encoding of ``record`` (every field present, as outcomes builds)."""
         if self.spliced:
-            return self._splice(record)
+            return self._encode(record)
         self.fast_path.fell_back()
         return self._codec.encode(RecordKind.EXECUTION_RESULT, record)
 
-    def _splice(self, r: Mapping[str, Any]) -> bytes:
-        return b"".join(
-            (
-                self._header,
-                avro_string(r["execution_id"]),
-                avro_string(r["job_id"]),
-                avro_long(r["scheduled_for_ms"]),
-                avro_long(r["attempt"]),
-                self._status[r["status"]],
-                _optional_string(r["reason"]),
-                _optional_string(r["error"]),
-                _optional_string(r["worker_id"]),
-                _optional_long(r["started_at_ms"]),
-                _optional_long(r["finished_at_ms"]),
-                _optional_long(r["next_attempt_at_ms"]),
-                self._trigger[r["trigger"]],
-                avro_long(r["job_version"]),
-                avro_long(r["recorded_at_ms"]),
-            )
-        )
+    def _agrees(self, worker_id: str) -> bool:
+        """Do the encoder and the templates write the probes' bytes as the codec does? The
+        templates are tried on views of DueEvents covering every trigger and extreme numbers."""
+        codec, kind = self._codec, RecordKind.EXECUTION_RESULT
+        if any(self._encode(r) != codec.encode(kind, r) for r in _probes()):
+            return False
+        reader = DueReader(codec)
+        for event in probe_records():
+            view = reader.from_record(event, codec.encode(RecordKind.DUE_EVENT, event))
+            echoed = {name: event[name] for name in _ECHOED}
+            started, now = event["scheduled_for_ms"], event["emitted_at_ms"]
+            expected = {
+                **echoed,
+                **_outcome("STARTED", worker_id, finished=False),
+                "started_at_ms": started,
+                "recorded_at_ms": started,
+            }
+            if self.started(view, avro_long(started)) != codec.encode(kind, expected):
+                return False
+            expected = {
+                **echoed,
+                **_outcome("SUCCEEDED", worker_id, finished=True),
+                "started_at_ms": started,
+                "finished_at_ms": now,
+                "recorded_at_ms": now,
+            }
+            spliced = self.succeeded(view, avro_long(started), avro_long(now))
+            if spliced != codec.encode(kind, expected):
+                return False
+        return True
+
+
+_ECHOED = ("execution_id", "job_id", "scheduled_for_ms", "attempt", "trigger", "job_version")
+
+
+def _outcome(status: str, worker_id: str, *, finished: bool) -> dict[str, Any]:
+    """The fields a template fixes: the status, no reason or error, the worker, and no
+    finish (STARTED) and no next attempt."""
+    fixed: dict[str, Any] = {
+        "status": status,
+        "reason": None,
+        "error": None,
+        "worker_id": worker_id,
+        "next_attempt_at_ms": None,
+    }
+    if not finished:
+        fixed["finished_at_ms"] = None
+    return fixed
 
 
 def _probes() -> list[dict[str, Any]]:
