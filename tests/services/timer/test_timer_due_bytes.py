@@ -7,9 +7,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.timer.due_bytes import DueEventBytes, due_event_record, hand_prefix
-from streams.avro_binary import avro_long
-from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from services.timer.due_bytes import DueEventBytes, due_event_record
+from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
 
 CODEC = Codec.from_directory()
@@ -41,7 +40,7 @@ jobs = st.fixed_dictionaries(
 
 
 def test_both_encoders_are_proven_at_start_up() -> None:
-    assert BYTES.spliceable and BYTES.hand_encoded
+    assert BYTES.spliceable and BYTES.generated
 
 
 @given(
@@ -58,8 +57,6 @@ def test_spliced_bytes_equal_the_codec_bytes(
     record = due_event_record(job, tick, fire_at, trigger, emitted, execution_id)
     expected = CODEC.encode(RecordKind.DUE_EVENT, record)
     assert BYTES.prefix(record) + BYTES.tail(emitted) == expected
-    header = SINGLE_OBJECT_MAGIC + CODEC.writer_fingerprint(RecordKind.DUE_EVENT)
-    assert hand_prefix(header, record) + avro_long(emitted) + b"\x00" == expected
     assert CODEC.decode(RecordKind.DUE_EVENT, expected, check=False) == record
 
 
