@@ -312,6 +312,7 @@ class DagSignal(AvroRecord):
     upstream_job_id: str
     dependent_job_id: str
     dependent_version: AvroLong = 0
+    dependent_created_at_ms: AvroLong = 0
     run_key_ms: AvroLong | None = None
     upstream_execution_id: str | None = None
     upstream_status: ExecutionStatus | None = None

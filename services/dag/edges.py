@@ -8,6 +8,13 @@ are produced in order from one partition, so its edges apply in the order they c
 
 A job has edges while it exists, has ``depends_on`` and is not CANCELLED; a PAUSED one keeps
 them (the timer skips its runs, visibly).
+
+The three input topics are consumed side by side, so an upstream's result can reach its
+partition before the EDGE_ADDED of a dependent created just before (or while the processor
+catches up). The upstream's partition therefore keeps the latest final end of its
+executions (store ``ends``); a new edge sends it on to the dependent when its run key is
+not earlier than the dependent's creation, so a dependent takes part in every run that
+started after it was created, in whatever order the records arrive.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 from services.dag import keys
 from services.dag.scope import DagScope
 from streams.codec import RecordKind
+from streams.identity import execution_id
 
 _PAGE = 1000
 _NO_EDGES = ("CANCELLED",)
@@ -35,9 +43,10 @@ def apply_job(
     new = set(job["depends_on"]) if job is not None and job["status"] not in _NO_EDGES else set()
     version = job["version"] if job is not None else (before["version"] if before else 0)
     for upstream in sorted(old - new):
-        _signal_edge(scope, "EDGE_REMOVED", upstream, job_id, version)
+        _signal_edge(scope, "EDGE_REMOVED", upstream, job_id, version, 0)
+    created_ms = job["created_at_ms"] if job is not None else 0
     for upstream in sorted(new - old):
-        _signal_edge(scope, "EDGE_ADDED", upstream, job_id, version)
+        _signal_edge(scope, "EDGE_ADDED", upstream, job_id, version, created_ms)
     if new and value is not None:
         scope.nodes.set(key, value)
     elif stored is not None:
@@ -50,12 +59,46 @@ def node_job(scope: DagScope, job_id: str) -> dict[str, Any] | None:
 
 
 def apply_edge(scope: DagScope, signal: dict[str, Any]) -> None:
-    """Apply an EDGE_ADDED or EDGE_REMOVED signal in the upstream's partition."""
-    key = keys.edge_key(signal["upstream_job_id"], signal["dependent_job_id"])
-    if signal["kind"] == "EDGE_ADDED":
-        scope.edges.set(key, b"")
-    else:
+    """Apply an EDGE_ADDED or EDGE_REMOVED signal in the upstream's partition; a new edge
+    gets the upstream's latest end if that run started after the dependent was created."""
+    upstream, dependent = signal["upstream_job_id"], signal["dependent_job_id"]
+    key = keys.edge_key(upstream, dependent)
+    if signal["kind"] != "EDGE_ADDED":
         scope.edges.delete(key)
+        return
+    scope.edges.set(key, b"")
+    last = scope.ends.get(upstream.encode())
+    if last is not None:
+        run_key_ms, status = keys.unpack_end(last)
+        if run_key_ms >= signal["dependent_created_at_ms"]:
+            signal_end(scope, upstream, dependent, run_key_ms, status)
+
+
+def note_end(scope: DagScope, upstream: str, run_key_ms: int, status: str) -> None:
+    """Keep ``upstream``'s latest final end (by run key) for dependents added later."""
+    key = upstream.encode()
+    last = scope.ends.get(key)
+    if last is None or keys.unpack_end(last)[0] <= run_key_ms:
+        scope.ends.set(key, keys.pack_end(run_key_ms, status))
+
+
+def signal_end(
+    scope: DagScope, upstream: str, dependent: str, run_key_ms: int, status: str
+) -> None:
+    """Send the final end of ``upstream``'s execution of a run to ``dependent``."""
+    record = {
+        "job_id": dependent,
+        "kind": "UPSTREAM_ENDED",
+        "upstream_job_id": upstream,
+        "dependent_job_id": dependent,
+        "run_key_ms": run_key_ms,
+        "upstream_execution_id": execution_id(upstream, run_key_ms),
+        "upstream_status": status,
+        "emitted_at_ms": scope.now_ms,
+    }
+    value = scope.env.codec.encode(RecordKind.DAG_SIGNAL, record)
+    scope.emit_keyed(scope.env.signals_topic, dependent.encode(), value)
+    scope.emitted += 1
 
 
 def dependents_of(scope: DagScope, upstream: str) -> list[str]:
@@ -70,13 +113,16 @@ def dependents_of(scope: DagScope, upstream: str) -> list[str]:
         start = page[-1][0] + b"\x00"
 
 
-def _signal_edge(scope: DagScope, kind: str, upstream: str, dependent: str, version: int) -> None:
+def _signal_edge(
+    scope: DagScope, kind: str, upstream: str, dependent: str, version: int, created_ms: int
+) -> None:
     record = {
         "job_id": upstream,
         "kind": kind,
         "upstream_job_id": upstream,
         "dependent_job_id": dependent,
         "dependent_version": version,
+        "dependent_created_at_ms": created_ms,
         "emitted_at_ms": scope.now_ms,
     }
     value = scope.env.codec.encode(RecordKind.DAG_SIGNAL, record)

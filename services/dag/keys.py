@@ -5,6 +5,8 @@
   below ``0xff`` (which UTF-8 never contains).
 - ``nodes`` (in the dependent's partition): the dependent's id -> its Job record's bytes.
 - ``runs`` (in the dependent's partition): ``len(dependent) | dependent | run_key_ms`` -> DagRun.
+- ``ends`` (in the upstream's partition): the upstream's id -> :func:`pack_end` of the latest
+  final end of its executions (run key, status).
 - ``deadlines`` (in the dependent's partition): ``due_ms | run key`` -> a :data:`MISS` or
   :data:`FORGET` mark: a wheel, read in time order.
 """
@@ -52,6 +54,16 @@ def split_run_key(key: bytes) -> tuple[str, int]:
     """The (dependent, run_key_ms) of a ``runs`` key."""
     length = int.from_bytes(key[:2], "big")
     return key[2 : 2 + length].decode(), _LONG.unpack_from(key, 2 + length)[0]
+
+
+def pack_end(run_key_ms: int, status: str) -> bytes:
+    """An ``ends`` value: the run key and the final status of an upstream's execution."""
+    return _LONG.pack(run_key_ms) + status.encode()
+
+
+def unpack_end(value: bytes) -> tuple[int, str]:
+    """The (run_key_ms, status) of an ``ends`` value."""
+    return _LONG.unpack_from(value)[0], value[_LONG.size :].decode()
 
 
 def deadline_key(due_ms: int, run: bytes) -> bytes:

@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from services.dag import keys
-from services.dag.edges import dependents_of, node_job
+from services.dag.edges import dependents_of, node_job, note_end, signal_end
 from services.dag.scope import DagScope
 from streams.codec import RecordKind
 from streams.identity import execution_id
@@ -42,27 +42,13 @@ _CLOSED = ("RELEASED", "MISSED")
 
 
 def signal_upstream_end(scope: DagScope, result: ResultFields) -> None:
-    """Send a final result of an upstream's execution to each of its dependents."""
+    """Send a final result of an upstream's execution to each of its dependents (and keep
+    it as the job's latest end, for a dependent whose edge is still on its way)."""
     if result.status not in ENDING:
         return
-    dependents = dependents_of(scope, result.job_id)
-    if not dependents:
-        return
-    upstream_execution = execution_id(result.job_id, result.scheduled_for_ms)
-    codec, topic = scope.env.codec, scope.env.signals_topic
-    for dependent in dependents:
-        record = {
-            "job_id": dependent,
-            "kind": "UPSTREAM_ENDED",
-            "upstream_job_id": result.job_id,
-            "dependent_job_id": dependent,
-            "run_key_ms": result.scheduled_for_ms,
-            "upstream_execution_id": upstream_execution,
-            "upstream_status": result.status,
-            "emitted_at_ms": scope.now_ms,
-        }
-        scope.emit_keyed(topic, dependent.encode(), codec.encode(RecordKind.DAG_SIGNAL, record))
-        scope.emitted += 1
+    note_end(scope, result.job_id, result.scheduled_for_ms, result.status)
+    for dependent in dependents_of(scope, result.job_id):
+        signal_end(scope, result.job_id, dependent, result.scheduled_for_ms, result.status)
 
 
 def apply_upstream_ended(scope: DagScope, signal: dict[str, Any]) -> None:

@@ -3,6 +3,10 @@
 :class:`DagEnv` holds what is fixed for the process; a :class:`DagScope` is built per run of
 input records or per punctuation. The logic (``edges.py``, ``runs.py``) is written against
 these, so it runs on the processor runtime's RocksDB transactions.
+
+Stores per partition: ``nodes`` and ``runs`` and ``deadlines`` hold dependents' state (in
+the dependent's partition), ``edges`` and ``ends`` upstreams' (in the upstream's partition):
+its dependents, and the latest final end of its executions (``keys.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ NODES_STORE = "nodes"
 EDGES_STORE = "edges"
 RUNS_STORE = "runs"
 DEADLINES_STORE = "deadlines"
-STORES = (NODES_STORE, EDGES_STORE, RUNS_STORE, DEADLINES_STORE)
+ENDS_STORE = "ends"
+STORES = (NODES_STORE, EDGES_STORE, RUNS_STORE, DEADLINES_STORE, ENDS_STORE)
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class DagScope:
     edges: StoreTransaction
     runs: StoreTransaction
     deadlines: StoreTransaction
+    ends: StoreTransaction
     emit: Emit
     emit_keyed: EmitKeyed
     now_ms: int

@@ -1,7 +1,7 @@
-"""The dag processor as a partition-owning processor: four stores, three co-partitioned inputs.
+"""The dag processor as a partition-owning processor: five stores, three co-partitioned inputs.
 
 Group ``<namespace>dag`` consumes ``jobs`` (the edges), ``job-results`` (upstream ends) and
-``dag-signals`` (edges and ends re-keyed between partitions). Each partition has four
+``dag-signals`` (edges and ends re-keyed between partitions). Each partition has five
 RocksDB stores restored from their changelogs before it processes anything (``scope.py``).
 Store changes, signals, releases and input offsets commit in one Kafka transaction, so a
 crash never counts a completion twice nor loses one. Anything emitted asks for a commit
@@ -19,6 +19,7 @@ from services.dag.runs import settle_deadlines
 from services.dag.scope import (
     DEADLINES_STORE,
     EDGES_STORE,
+    ENDS_STORE,
     NODES_STORE,
     RUNS_STORE,
     STORES,
@@ -77,6 +78,7 @@ class DagHooks:
             ctx.store(EDGES_STORE),
             ctx.store(RUNS_STORE),
             ctx.store(DEADLINES_STORE),
+            ctx.store(ENDS_STORE),
             ctx.produce,
             ctx.produce_keyed,
             now_ms,

@@ -187,6 +187,7 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
         "upstream_job_id": "extract",
         "dependent_job_id": "join",
         "dependent_version": 4,
+        "dependent_created_at_ms": 1_699_999_000_000,
         "run_key_ms": 1_700_000_000_000,
         "upstream_execution_id": "extract@1700000000000",
         "upstream_status": "DEAD_LETTER",

@@ -33,16 +33,16 @@ class Dag:
     def __init__(self) -> None:
         settings = DagSettings(kafka=KafkaSettings(namespace="k."), run_retention_ms=HOUR_MS)
         self.env = DagEnv.from_settings(settings, CODEC)
-        self.stores = [FakeStore() for _ in range(4)]
+        self.stores = [FakeStore() for _ in range(5)]
         self.signals: list[tuple[bytes, bytes | None]] = []
         self.releases: list[dict[str, Any]] = []
         self.dead: list[dict[str, Any]] = []
         self.now_ms = K1
 
     def scope(self) -> DagScope:
-        nodes, edges, runs, deadlines = self.stores
+        nodes, edges, runs, deadlines, ends = self.stores
         return DagScope(
-            self.env, nodes, edges, runs, deadlines, self._emit, self._emit, self.now_ms
+            self.env, nodes, edges, runs, deadlines, ends, self._emit, self._emit, self.now_ms
         )
 
     def _emit(self, topic: str, key: bytes | None, value: bytes | None) -> None:
@@ -224,3 +224,30 @@ def test_unusable_records_are_dead_lettered_and_processing_goes_on(
     dag.ended("extract", K1)
     dag.ended("load-refs", K1)
     assert dag.verdicts() == [("join", K1, "RUN")]
+
+
+def test_an_end_that_arrives_before_the_edge_still_counts_for_runs_after_the_creation() -> None:
+    dag = Dag()
+    dag.job("extract", run_at_ms=K1)
+    dag.job("load-refs", run_at_ms=K1)
+    dag.now_ms = K1 - 1_000  # join is created before the run ...
+    dag.ended("extract", K1)  # ... but the ends reach the upstreams' partitions first
+    dag.ended("load-refs", K1)
+    dag.job("join", depends_on=["extract", "load-refs"])
+    assert dag.verdicts() == [("join", K1, "RUN")]
+
+
+def test_a_dependent_created_after_a_run_started_takes_no_part_in_it() -> None:
+    dag = Dag()
+    dag.job("extract", run_at_ms=K1)
+    dag.job("load-refs", run_at_ms=K1)
+    dag.ended("extract", K1)
+    dag.ended("load-refs", K1)
+    dag.now_ms = K1 + 1
+    dag.job("join", depends_on=["extract", "load-refs"])
+    assert dag.releases == []
+    dag.ended("extract", K1)  # an older run's end never replaces a newer one
+    dag.ended("extract", K2)
+    dag.ended("extract", K1, "DEAD_LETTER")
+    dag.ended("load-refs", K2)
+    assert dag.verdicts() == [("join", K2, "RUN")]
