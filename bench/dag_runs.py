@@ -2,7 +2,8 @@
 
 ``extract`` and ``load-refs`` are roots on one schedule; ``join`` waits for both;
 ``transform`` and ``validate`` for ``join``; ``publish`` for both of those. Used by the
-DAG tests (tests/services/dag) and ``bench/dag.py``.
+DAG tests (tests/services/dag) and ``bench/dag.py``; :class:`DagWatch` stamps every record
+the DAG writes with when it became visible (``bench/dag.py``).
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.herd import CODEC, TimerProcess, job_record, produce_jobs
+from bench.herd import CODEC, TimerProcess, job_record, now_ms, produce_jobs
 from streams.codec import RecordKind
 from streams.identity import execution_id
 from streams.settings import KafkaSettings
-from streams.topics import TopicNames
+from streams.topics import Priority, TopicNames
 
 SIX_NODES: dict[str, tuple[str, ...]] = {
     "extract": (),
@@ -135,6 +136,85 @@ class ResultsReader:
                 statuses = {k: [r["status"] for r in v] for k, v in seen.items()}
                 raise TimeoutError(f"not within {timeout_s:.0f} s: {what}; last seen {statuses}")
             self.poll()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class DagWatch:
+    """One read_committed consumer on results, signals, releases and the due topics.
+
+    Keeps every record raw with the wall time it was first seen (ms) and its Kafka
+    timestamp; decodes only results (to know when a phase is done) while reading.
+    """
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        names = TopicNames(settings.namespace)
+        self.kinds = {
+            names.job_results: "result",
+            names.dag_signals: "signal",
+            names.dag_releases: "release",
+            **{names.due(p): "due" for p in Priority},
+        }
+        self._consumer = Consumer(
+            settings.client_config(
+                **{
+                    "group.id": f"dag-watch-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                }
+            )
+        )
+        self._consumer.assign(
+            [TopicPartition(t, p, 0) for t in self.kinds for p in range(settings.partitions)]
+        )
+        # kind -> [(key, value, seen_ms, produced_ms)]
+        self.records: dict[str, list[tuple[bytes, bytes, int, int]]] = {
+            kind: [] for kind in set(self.kinds.values())
+        }
+        self.succeeded: set[str] = set()  # execution ids with a SUCCEEDED seen
+
+    def poll(self, timeout_s: float = 0.05) -> None:
+        """Read what is there, one record per poll, each stamped when its poll returned."""
+        message = self._consumer.poll(timeout_s)
+        while message is not None:
+            seen_ms = now_ms()
+            key, value = message.key(), message.value()
+            if message.error() is None and key is not None and value is not None:
+                kind = self.kinds[message.topic() or ""]
+                self.records[kind].append((key, value, seen_ms, message.timestamp()[1]))
+                if kind == "result":
+                    result = CODEC.decode(RecordKind.EXECUTION_RESULT, value)
+                    if result["status"] == "SUCCEEDED":
+                        self.succeeded.add(result["execution_id"])
+            message = self._consumer.poll(0)
+
+    def poll_until(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not within {timeout_s:.0f} s: {what}")
+            self.poll()
+
+    def poll_for(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            self.poll()
+
+    def decoded(self, kind: str, prefix: str) -> list[tuple[dict[str, Any], int, int]]:
+        """(record, seen_ms, produced_ms) of every ``kind`` record keyed ``prefix``..."""
+        schema = {
+            "result": RecordKind.EXECUTION_RESULT,
+            "signal": RecordKind.DAG_SIGNAL,
+            "release": RecordKind.DAG_RELEASE,
+            "due": RecordKind.DUE_EVENT,
+        }[kind]
+        wanted = prefix.encode()
+        return [
+            (CODEC.decode(schema, value), seen, produced)
+            for key, value, seen, produced in self.records[kind]
+            if key.startswith(wanted)
+        ]
 
     def close(self) -> None:
         self._consumer.close()
