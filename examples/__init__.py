@@ -1,0 +1,1 @@
+"""Downstream services that consume kafkron's topics (README, "Consuming results")."""
