@@ -34,7 +34,7 @@ from streams.processor import Processor, ProcessorOptions
 class DagHooks:
     """The processor hooks of the dag processor."""
 
-    def __init__(self, env: DagEnv, commit_within_ms: int = 5) -> None:
+    def __init__(self, env: DagEnv, commit_within_ms: int = 0) -> None:
         self.env = env
         self.commit_within_ms = commit_within_ms
 

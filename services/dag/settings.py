@@ -37,11 +37,13 @@ class DagSettings(BaseSettings):
     deadline_batch_size: int = Field(default=1000, ge=1)
     # A signal or release is committed within this long of the input that caused it: the
     # delay from an upstream's SUCCEEDED to its dependent's DueEvent is about three commits.
-    release_commit_within_ms: int = Field(default=5, ge=0)
+    release_commit_within_ms: int = Field(default=0, ge=0)
     # Processor runtime tuning (streams.processor.ProcessorOptions).
     consume_batch_size: int = Field(default=1000, ge=1)
     commit_interval_ms: int = Field(default=1000, ge=1)
-    poll_timeout_ms: int = Field(default=20, ge=1)
+    # A consume returns after this long with fewer than consume_batch_size records: the
+    # wait a signal or release adds before its commit when the input is quiet.
+    poll_timeout_ms: int = Field(default=5, ge=1)
     transaction_timeout_ms: int = Field(default=10_000, ge=1000)
     session_timeout_ms: int = Field(default=6_000, ge=1000)
     heartbeat_interval_ms: int = Field(default=1_000, ge=100)
