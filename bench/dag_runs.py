@@ -18,20 +18,14 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.herd import CODEC, TimerProcess, job_record, now_ms, produce_jobs
+from services.demo import DEMO_DAG
 from streams.codec import RecordKind
 from streams.identity import execution_id
 from streams.settings import KafkaSettings
 from streams.topics import Priority, TopicNames
 
-SIX_NODES: dict[str, tuple[str, ...]] = {
-    "extract": (),
-    "load-refs": (),
-    "join": ("extract", "load-refs"),
-    "transform": ("join",),
-    "validate": ("join",),
-    "publish": ("transform", "validate"),
-}
-"""Node name -> its upstreams, in dependency order."""
+SIX_NODES = DEMO_DAG
+"""Node name -> its upstreams, in dependency order (the demo's DAG)."""
 
 
 class DagProcess(TimerProcess):

@@ -6,8 +6,14 @@ Every consumer of kafkron's topics routes a record it cannot decode, or that bre
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+from collections.abc import Callable
+
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError
+
+log = logging.getLogger(__name__)
 
 
 def undecodable_dead_letter(
@@ -48,3 +54,23 @@ def check_key(key: bytes, job_id: str) -> None:
             f"record key {key!r} is not its job id {job_id!r}; producers must key every record "
             "by job id so that a job's records share one partition"
         )
+
+
+def route_to_dlq(
+    codec: Codec,
+    emit: Callable[[str, bytes | None, bytes | None], None],
+    counts: Counter[str],
+    dlq_topic: str,
+    reason: str,
+    source: tuple[str, int, int | None, bytes | None, bytes | None],
+    dead_at_ms: int,
+) -> None:
+    """Emit the UNDECODABLE dead letter of the input record ``source`` (topic, partition,
+    offset, key, value) with ``emit``; log it once (never its value) and count it by topic."""
+    topic, partition, offset, key, value = source
+    log.warning(
+        "%s[%d]@%s dead-lettered, not a usable record: %s", topic, partition, offset, reason
+    )
+    counts[topic] += 1
+    data = undecodable_dead_letter(codec, reason, topic, partition, offset, key, value, dead_at_ms)
+    emit(dlq_topic, None, data)

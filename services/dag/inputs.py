@@ -7,16 +7,12 @@ UNDECODABLE dead letter with its raw bytes and source position; processing goes 
 
 from __future__ import annotations
 
-import logging
-
 from services.dag.edges import apply_edge, apply_job
 from services.dag.runs import apply_upstream_ended, signal_upstream_end
 from services.dag.scope import DagScope
 from streams.codec import RecordKind
-from streams.dead_letters import check_key, undecodable_dead_letter, value_of
+from streams.dead_letters import check_key, route_to_dlq, value_of
 from streams.exceptions import DecodeError
-
-log = logging.getLogger(__name__)
 
 
 def apply_input(
@@ -64,12 +60,9 @@ def dead_letter(
     value: bytes | None,
 ) -> None:
     """Emit an UNDECODABLE dead letter of the record; log it once (never its value), count it."""
-    log.warning(
-        "%s[%d]@%s dead-lettered, not a usable record: %s", topic, partition, offset, reason
+    env = scope.env
+    source = (topic, partition, offset, key, value)
+    route_to_dlq(
+        env.codec, scope.emit, env.dead_letters, env.dlq_topic, reason, source, scope.now_ms
     )
-    scope.env.dead_letters[topic] += 1
-    data = undecodable_dead_letter(
-        scope.env.codec, reason, topic, partition, offset, key, value, scope.now_ms
-    )
-    scope.emit(scope.env.dlq_topic, None, data)
     scope.emitted += 1

@@ -12,7 +12,6 @@ A run of records sharing one scope goes through :func:`apply_input` each (a run 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from services.timer.commands import apply_job
@@ -22,11 +21,9 @@ from services.timer.retention import write_retention
 from services.timer.retries import accept_retry
 from services.timer.scope import Scope
 from streams.codec import RecordKind
-from streams.dead_letters import check_key, undecodable_dead_letter, value_of
+from streams.dead_letters import check_key, route_to_dlq, value_of
 from streams.exceptions import DecodeError, ScheduleError
 from streams.processing import InputRecord
-
-log = logging.getLogger(__name__)
 
 
 def handle_input(
@@ -115,11 +112,8 @@ def dead_letter(
 ) -> None:
     """Emit an UNDECODABLE dead letter carrying the raw record and where it came from; log
     it once (never its value) and count it."""
-    log.warning(
-        "%s[%d]@%s dead-lettered, not a usable record: %s", topic, partition, offset, reason
+    env = scope.env
+    source = (topic, partition, offset, key, value)
+    route_to_dlq(
+        env.codec, scope.emit_raw, env.dead_letters, env.dlq_topic, reason, source, scope.now_ms
     )
-    scope.env.dead_letters[topic] += 1
-    value_bytes = undecodable_dead_letter(
-        scope.env.codec, reason, topic, partition, offset, key, value, scope.now_ms
-    )
-    scope.emit_raw(scope.env.dlq_topic, None, value_bytes)
