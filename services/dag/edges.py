@@ -35,6 +35,8 @@ def apply_job(
 ) -> None:
     """Apply one record of ``jobs`` (``job`` decoded from ``value``, None for a tombstone)."""
     key = job_id.encode()
+    if job is None:
+        scope.ends.delete(key)  # a deleted job's latest end serves no new edge
     stored = scope.nodes.get(key)
     before = _decode(scope, stored)
     if job is not None and before is not None and job["version"] <= before["version"]:

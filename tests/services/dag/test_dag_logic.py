@@ -251,3 +251,10 @@ def test_a_dependent_created_after_a_run_started_takes_no_part_in_it() -> None:
     dag.ended("extract", K1, "DEAD_LETTER")
     dag.ended("load-refs", K2)
     assert dag.verdicts() == [("join", K2, "RUN")]
+
+
+def test_a_deleted_jobs_latest_end_is_forgotten(dag: Dag) -> None:
+    dag.ended("extract", K1)
+    assert dag.stores[4].data
+    dag.feed(dag.env.jobs_topic, b"extract", None)
+    assert dag.stores[4].data == {}
