@@ -15,7 +15,6 @@ from streams.records import FINAL_STATUSES, ExecutionStatus
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
 
-
 DEMO_DAG: dict[str, tuple[str, ...]] = {
     "extract": (),
     "load-refs": (),
