@@ -20,20 +20,24 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import FastAPI, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from services.ingest.async_creates import AsyncCreates
+from services.ingest.backfill import BackfillPlan, parse_backfill
 from services.ingest.client import CommandReceipt, KafkronClient
 from services.ingest.create_lane import CreateLane, unprocessable
 from services.ingest.dag_runs import ViewReads, dag_run_body, recent_runs, run_nodes
 from services.ingest.exceptions import (
+    ExecutionNotFoundError,
     JobConflictError,
     JobNotFoundError,
     JobRequestError,
     ViewNotReadyError,
 )
-from services.ingest.openapi import document_creates
+from services.ingest.openapi import BACKFILL_BODY, document_creates
 from services.ingest.presenters import dead_letter_body, iso, job_body
+from services.ingest.read_api import client_of, install_reads, known_job, view_of
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import JOB_ID_PATTERN, MAX_EPOCH_MS
 from services.ingest.view import StatusView
@@ -71,6 +75,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(JobRequestError, request_error)
     app.add_exception_handler(JobNotFoundError, handler(404))
+    app.add_exception_handler(ExecutionNotFoundError, handler(404))
     app.add_exception_handler(JobConflictError, handler(409))
     app.add_exception_handler(ViewNotReadyError, handler(503))
     app.add_exception_handler(KafkaDeliveryError, delivery_error)
@@ -80,6 +85,22 @@ def _command_body(receipt: CommandReceipt) -> dict[str, Any]:
     body: dict[str, Any] = {"job_id": receipt.job_id, "status": receipt.status}
     if receipt.manual_fire_at_ms is not None:
         body["manual_fire_at"] = iso(receipt.manual_fire_at_ms)
+    return body
+
+
+def _backfill_body(plan: BackfillPlan) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "job_id": plan.job_id,
+        "from": iso(plan.from_ms),
+        "to": iso(plan.to_ms),
+        "rate": plan.per_s,
+        "ticks": plan.tick_count,
+        "dry_run": plan.ticks is not None,
+        "written": plan.written,
+        "estimated_duration_s": round(plan.tick_count / plan.per_s, 3),
+    }
+    if plan.ticks is not None:
+        body["tick_times"] = [{"at": iso(t), "at_ms": t} for t in plan.ticks]
     return body
 
 
@@ -106,40 +127,29 @@ def create_app(settings: IngestSettings) -> FastAPI:
     app.openapi = document_creates(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
 
-    def client_of(request: Request) -> KafkronClient:
-        client: KafkronClient = request.app.state.client
-        return client
-
-    def view_of(request: Request) -> StatusView:
-        view: StatusView = request.app.state.view
-        return view
-
     def reads_of(request: Request) -> ViewReads:
         view = view_of(request)
-        limit = settings.recent_executions_per_job
+        limit = min(settings.recent_executions_per_job, settings.executions_kept_per_job)
         return ViewReads(view.job, view.executions, view.dependents, limit)
 
-    def known_job(request: Request, job_id: str) -> dict[str, Any]:
-        """The job as the view knows it, after it read this instance's writes of it."""
-        view = view_of(request)
-        # Read-your-writes for commands this instance wrote (no broker round trip).
-        written = client_of(request).written_through(job_id)
-        if written and not view.wait_for_offsets(written, settings.view_catch_up_timeout_s):
-            raise ViewNotReadyError(f"the status view has not yet read job {job_id}'s last write")
-        job = view.job(job_id)
-        if job is None:
-            raise JobNotFoundError(job_id)
-        return job
+    catch_up_s = settings.view_catch_up_timeout_s
+    install_reads(app, settings, codec)
 
     @app.get("/api/jobs/{job_id}")
     def get_job(job_id: str, request: Request) -> dict[str, Any]:
-        """The job's definition, state, next run, recent executions and (of a dependent)
-        recent DAG runs."""
+        """The job's definition, status (COMPLETED one-offs with their outcome), next run,
+        recent executions with their attempts and (of a dependent) recent DAG runs and the
+        newest one's state."""
         view = view_of(request)
-        job = known_job(request, job_id)
+        job = known_job(request, job_id, catch_up_s)
         now_ms = time.time_ns() // 1_000_000
-        body = job_body(job, view.executions(job_id), view.running(job_id), now_ms)
-        body["dag_runs"] = recent_runs(job, reads_of(request))
+        executions, running = view.executions(job_id), view.running(job_id)
+        body = job_body(job, executions, running, now_ms, view.lifecycle(job_id))
+        runs = recent_runs(job, reads_of(request))
+        body["dag_runs"] = runs
+        body["dag_state"] = (
+            {"run_key": runs[0]["run_key"], "status": runs[0]["status"]} if runs else None
+        )
         return body
 
     @app.get("/api/dag-runs/{root_job_id}/{run_key_ms}", response_model=None)
@@ -149,7 +159,7 @@ def create_app(settings: IngestSettings) -> FastAPI:
         run_key_ms: Annotated[int, Path(ge=0, le=MAX_EPOCH_MS)],
     ) -> dict[str, Any] | Response:
         """Every job of one DAG run: the root, its transitive dependents, their statuses."""
-        root = known_job(request, root_job_id)
+        root = known_job(request, root_job_id, catch_up_s)
         if root["depends_on"]:
             message = (
                 f"job {root_job_id} is not a root: it depends on "
@@ -179,6 +189,30 @@ def create_app(settings: IngestSettings) -> FastAPI:
     def resume_job(job_id: str, request: Request) -> dict[str, Any]:
         """Fire a paused job again from its next tick."""
         return _command_body(client_of(request).resume(job_id))
+
+    @app.post(
+        "/api/jobs/{job_id}/backfill",
+        response_model=None,
+        openapi_extra={"requestBody": BACKFILL_BODY},
+    )
+    async def backfill_job(job_id: str, request: Request) -> dict[str, Any] | Response:
+        """Run a recurring job's ticks in [from, to] now (trigger BACKFILL, at most ``rate``
+        a second); a dry run lists them and writes nothing."""
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            return _invalid("body", [], f"not a JSON object: {exc}", "json_invalid", None)
+        if not isinstance(body, dict):
+            return _invalid("body", [], "give a JSON object", "dict_type", body)
+        try:
+            backfill = parse_backfill(body)
+            # Counting the window's ticks is CPU work: off the event loop.
+            plan = await run_in_threadpool(client_of(request).backfill, job_id, backfill)
+        except JobRequestError as exc:
+            if exc.errors[0]["loc"] == ["job_id"]:
+                return _unprocessable(exc.errors, "path")
+            return _unprocessable(exc.errors, "body")
+        return _backfill_body(plan)
 
     @app.get("/api/dead-letter", response_model=None)
     def dead_letters(

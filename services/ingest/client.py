@@ -21,13 +21,15 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from services.ingest.async_delivery import DeliveryGroup
+from services.ingest.backfill import BackfillPlan, BackfillRequest, plan_backfill
 from services.ingest.bulk import BulkJobBuilder
 from services.ingest.commands import (
     JobRecord,
+    backfill_record,
     cancel_record,
     pause_record,
     resume_record,
@@ -251,6 +253,24 @@ class KafkronClient:
     def trigger_now(self, job_id: str) -> CommandReceipt:
         """Fire the job once more now (``scheduled_for`` = now), besides its schedule."""
         return self._apply(self._current(job_id, results=False), trigger_record)
+
+    def backfill(self, job_id: str, request: BackfillRequest) -> BackfillPlan:
+        """Run a recurring job's ticks in [from, to] now (trigger BACKFILL, at most
+        ``rate`` a second, each with its own execution id, so a repeat runs nothing twice);
+        a dry run only counts and lists them.
+
+        Build the request with ``services.ingest.backfill.parse_backfill({"from": ...,
+        "to": ..., "rate": ..., "dry_run": ...})``. Raises ``JobRequestError`` at ``job_id``
+        (not recurring) or ``to`` (before from, or a window of more than
+        ``settings.max_backfill_ticks`` ticks), ``JobConflictError`` for a cancelled job.
+        """
+        current = self._current(job_id, results=False)
+        plan = plan_backfill(current, request, self._settings.max_backfill_ticks)
+        if request.dry_run:
+            return plan
+        record = backfill_record(current, plan.from_ms, plan.to_ms, plan.per_s, self._clock_us())
+        self._write(job_id, record)
+        return replace(plan, written=True)
 
     def _apply(
         self,

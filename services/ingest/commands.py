@@ -217,3 +217,18 @@ def trigger_record(current: Mapping[str, Any], now_us: int) -> JobRecord:
             "create a new job instead",
         )
     return _updated(current, now_us, manual_fire_at_ms=now_us // 1000)
+
+
+def backfill_record(
+    current: Mapping[str, Any], from_ms: int, to_ms: int, per_s: int, now_us: int
+) -> JobRecord:
+    """The record of a backfill: the job as it is, with ``backfill`` asking the timer to run
+    its ticks in [from_ms, to_ms] at most ``per_s`` a second (checked by the caller:
+    ``services.ingest.backfill.plan_backfill``). The next update clears it again."""
+    request = {
+        "from_ms": from_ms,
+        "to_ms": to_ms,
+        "per_s": per_s,
+        "requested_at_ms": now_us // 1000,
+    }
+    return _updated(current, now_us, backfill=request)

@@ -69,3 +69,16 @@ class ViewInUseError(IngestError):
             "KAFKRON_INGEST_VIEW_DIR (IngestSettings.view_dir) for one of them",
             retryable=False,
         )
+
+
+class ExecutionNotFoundError(IngestError):
+    """No execution (or no dead letter of one) with this id is known to the view (404)."""
+
+    def __init__(self, execution_id: str, what: str = "execution") -> None:
+        self.execution_id = execution_id
+        super().__init__(
+            f"{what} {execution_id!r} is not known to the status view; check the id "
+            "(<job_id>@<scheduled_for_ms>), list a job's with GET /api/jobs/{id}/executions "
+            "or the dead letters with GET /api/dead-letter",
+            retryable=False,
+        )

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from services.ingest.backfill import BackfillRequest
 from services.ingest.batch import (
     MAX_IDEMPOTENCY_KEY_LENGTH,
     BatchAnswer,
@@ -26,9 +27,29 @@ from services.ingest.batch import (
 )
 from services.ingest.create_lane import BATCH_PATH, CREATE_PATH
 from services.ingest.dag_runs import DagRun, JobDetails
+from services.ingest.read_models import (
+    BackfillAnswer,
+    Execution,
+    ExecutionPage,
+    JobPage,
+    Replayed,
+)
 from services.ingest.validation import JobCreate
 
-_MODELS: list[type[BaseModel]] = [JobCreate, JobBatch, CreatedJob, BatchAnswer, JobDetails, DagRun]
+_MODELS: list[type[BaseModel]] = [
+    JobCreate,
+    JobBatch,
+    CreatedJob,
+    BatchAnswer,
+    JobDetails,
+    DagRun,
+    JobPage,
+    ExecutionPage,
+    Execution,
+    Replayed,
+    BackfillAnswer,
+    BackfillRequest,
+]
 
 
 def _json_of(model: type[BaseModel], description: str) -> dict[str, Any]:
@@ -54,6 +75,7 @@ _INVALID_CREATE = _message(
     "share one schedule (the same cron expression and time zone, or the same run_at)"
 )
 _JOB_ID = "/api/jobs/{job_id}"
+BACKFILL_BODY = {"required": True, **_json_of(BackfillRequest, "The window and the rate")}
 DAG_RUN_PATH = "/api/dag-runs/{root_job_id}/{run_key_ms}"
 _COMMAND_ERRORS = {"404": _NOT_FOUND, "409": _CONFLICT, "503": _RETRY}
 # The answers of the exception handlers (services.ingest.api), by FastAPI route.
@@ -76,6 +98,39 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[str, Any]] = {
     (f"{_JOB_ID}/trigger", "post"): _COMMAND_ERRORS,
     (f"{_JOB_ID}/pause", "post"): _COMMAND_ERRORS,
     (f"{_JOB_ID}/resume", "post"): _COMMAND_ERRORS,
+    ("/api/jobs", "get"): {
+        "200": _json_of(JobPage, "A page of jobs in job id order"),
+        "422": _message(
+            "loc [query, status|tenant|handler|limit]: not a valid value; [query, label]: not "
+            "key:value; [query, cursor]: not a cursor this API returned"
+        ),
+    },
+    (f"{_JOB_ID}/executions", "get"): {
+        "200": _json_of(ExecutionPage, "A page of the job's executions, newest first"),
+        "404": _NOT_FOUND,
+        "422": _message("loc [query, cursor] or [query, limit]: not a valid value"),
+        "503": _RETRY,
+    },
+    ("/api/executions/{execution_id}", "get"): {
+        "200": _json_of(Execution, "The execution with every attempt kept"),
+        "404": _message("No execution with this id is known to the view (the detail names it)"),
+    },
+    ("/api/dead-letter/{execution_id}/replay", "post"): {
+        "200": _json_of(Replayed, "The replay was written to the due topic"),
+        "404": _message("No dead letter of this execution is known (the detail names it)"),
+        "503": _RETRY,
+    },
+    (f"{_JOB_ID}/backfill", "post"): {
+        "200": _json_of(BackfillAnswer, "Counted (dry run: listed) or written"),
+        "404": _NOT_FOUND,
+        "409": _CONFLICT,
+        "422": _message(
+            "loc [path, job_id]: not a recurring (cron) job; [body, to]: before from, or a "
+            "window of more than max_backfill_ticks ticks (the message says where it may "
+            "end); [body, from|to|rate|dry_run]: not a valid value; [body]: not a JSON object"
+        ),
+        "503": _RETRY,
+    },
     ("/healthz", "get"): {
         "503": {
             "description": "Not ready: the body's checks say which failed",
@@ -148,7 +203,8 @@ def document_creates(app: FastAPI) -> Callable[[], dict[str, Any]]:
             paths = schema.setdefault("paths", {})
             for (path, method), responses in ROUTE_ERRORS.items():
                 paths[path][method]["responses"].update(responses)
-            paths.update(PATHS)
+            for path, operations in PATHS.items():  # /api/jobs also has FastAPI's GET
+                paths.setdefault(path, {}).update(operations)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in _MODELS:
                 found = model.model_json_schema(ref_template="#/components/schemas/{model}")

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.ingest.commands import first_run_at_ms
+from services.ingest.lifecycle import Lifecycle
 from streams.records import JobStatus
 
 
@@ -54,33 +55,46 @@ def _payload_fields(payload: bytes) -> dict[str, Any]:
         return {"payload_b64": base64.b64encode(payload).decode()}
 
 
+def _cron_body(cron: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if cron is None:
+        return None
+    return {
+        "expression": cron["expression"],
+        "timezone": cron["timezone"],
+        "start": iso(cron.get("start_ms")),
+        "end": iso(cron.get("end_ms")),
+        "fold_policy": cron["fold_policy"],
+    }
+
+
+def _status_fields(job: Mapping[str, Any], lifecycle: Lifecycle | None) -> dict[str, Any]:
+    """``status`` as the job's life goes (COMPLETED one-offs) and its ``outcome``."""
+    if lifecycle is None or lifecycle.record_status != job["status"]:
+        lifecycle = Lifecycle.of_job(job, None)  # the view has not yet derived it
+    return {"status": lifecycle.shown, "outcome": lifecycle.outcome}
+
+
 def job_body(
     job: Mapping[str, Any],
     executions: list[dict[str, Any]],
     running: Mapping[str, int],
     now_ms: int,
+    lifecycle: Lifecycle | None = None,
 ) -> dict[str, Any]:
-    """GET /api/jobs/{id}: definition, state, next run and recent executions."""
-    cron, retry = job.get("cron"), job["retry"]
+    """GET /api/jobs/{id}: definition, state, next run and recent executions (each with
+    its attempts)."""
+    retry = job["retry"]
     return {
         "job_id": job["job_id"],
         "type": schedule_type(job),
-        "status": job["status"],
+        **_status_fields(job, lifecycle),
         "version": job["version"],
         "next_run_at": iso(next_run_ms(job, executions, now_ms)),
         "running_executions": sorted(running),
         "handler": job["handler"],
         **_payload_fields(job["payload"]),
         "run_at": iso(job.get("run_at_ms")),
-        "cron": None
-        if cron is None
-        else {
-            "expression": cron["expression"],
-            "timezone": cron["timezone"],
-            "start": iso(cron.get("start_ms")),
-            "end": iso(cron.get("end_ms")),
-            "fold_policy": cron["fold_policy"],
-        },
+        "cron": _cron_body(job.get("cron")),
         "depends_on": list(job["depends_on"]),
         "priority": job["priority"],
         "timeout_s": job["timeout_ms"] / 1000,
@@ -105,22 +119,59 @@ def job_body(
     }
 
 
-def execution_body(execution: Mapping[str, Any]) -> dict[str, Any]:
-    """One entry of ``recent_executions``."""
+def job_summary(
+    job: Mapping[str, Any],
+    lifecycle: Lifecycle | None,
+    last_execution: Mapping[str, Any] | None,
+    now_ms: int,
+) -> dict[str, Any]:
+    """One item of GET /api/jobs: what a list shows of a job (its detail has the rest)."""
+    newest = [dict(last_execution)] if last_execution is not None else []
     return {
-        "execution_id": execution["execution_id"],
-        "scheduled_for": iso(execution["scheduled_for_ms"]),
-        "attempt": execution["attempt"],
-        "status": execution["status"],
-        "trigger": execution["trigger"],
-        "reason": execution.get("reason"),
-        "error": execution.get("error"),
-        "worker_id": execution.get("worker_id"),
-        "started_at": iso(execution.get("started_at_ms")),
-        "finished_at": iso(execution.get("finished_at_ms")),
-        "next_attempt_at": iso(execution.get("next_attempt_at_ms")),
-        "recorded_at": iso(execution.get("recorded_at_ms")),
+        "job_id": job["job_id"],
+        "type": schedule_type(job),
+        **_status_fields(job, lifecycle),
+        "handler": job["handler"],
+        "tenant": job["tenant"],
+        "labels": dict(job["labels"]),
+        "run_at": iso(job.get("run_at_ms")),
+        "cron": _cron_body(job.get("cron")),
+        "depends_on": list(job["depends_on"]),
+        "next_run_at": iso(next_run_ms(job, newest, now_ms)),
+        "last_execution": None if last_execution is None else _attempt_body(last_execution),
+        "updated_at": iso(job["updated_at_ms"]),
     }
+
+
+def _attempt_body(attempt: Mapping[str, Any]) -> dict[str, Any]:
+    body = {
+        "attempt": attempt["attempt"],
+        "status": attempt["status"],
+        "trigger": attempt["trigger"],
+        "reason": attempt.get("reason"),
+        "error": attempt.get("error"),
+        "worker_id": attempt.get("worker_id"),
+        "started_at": iso(attempt.get("started_at_ms")),
+        "finished_at": iso(attempt.get("finished_at_ms")),
+        "next_attempt_at": iso(attempt.get("next_attempt_at_ms")),
+        "recorded_at": iso(attempt.get("recorded_at_ms")),
+    }
+    if "execution_id" in attempt:
+        body = {
+            "execution_id": attempt["execution_id"],
+            "scheduled_for": iso(attempt["scheduled_for_ms"]),
+            **body,
+        }
+    return body
+
+
+def execution_body(execution: Mapping[str, Any]) -> dict[str, Any]:
+    """One execution: its newest attempt's fields and ``attempts``, every attempt kept,
+    oldest first (an execution replayed after its dead letter lists both rounds)."""
+    body = _attempt_body(execution)
+    body["job_id"] = execution.get("job_id")
+    body["attempts"] = [_attempt_body(a) for a in execution.get("attempts", ())]
+    return body
 
 
 def dead_letter_body(item: Mapping[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,14 @@ class IngestSettings(BaseSettings):
     default_retry: DefaultRetry = Field(default_factory=DefaultRetry)
     max_jobs_per_batch: int = Field(default=100_000, ge=1)
     recent_executions_per_job: int = Field(default=20, ge=1, le=1000)
+    # Executions the view keeps per job (each with every attempt), oldest dropped first;
+    # GET /api/jobs/{id}/executions pages through them.
+    executions_kept_per_job: int = Field(default=100, ge=1, le=10_000)
+    # Attempts kept per execution (a replayed one starts a new round of attempts).
+    attempts_kept_per_execution: int = Field(default=100, ge=1, le=1000)
+    # Ticks of one backfill window, at most. Counting them costs ~50 us a tick (croniter),
+    # so a request at this bound answers in ~0.5 s; raise it for longer windows.
+    max_backfill_ticks: int = Field(default=10_000, ge=1, le=100_000)
     # How long a command waits for the view to read the latest state of its job.
     view_catch_up_timeout_s: float = Field(default=5.0, gt=0)
     # How long a produce may take to become durable before the command fails.

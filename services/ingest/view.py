@@ -31,8 +31,11 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from services.ingest.end_offsets import end_offsets
+from services.ingest.job_index import JobFilter
+from services.ingest.lifecycle import Lifecycle
 from services.ingest.settings import IngestSettings
-from services.ingest.view_store import ViewBatch, ViewStore
+from services.ingest.view_batch import ViewBatch
+from services.ingest.view_store import ViewStore
 from streams.codec import Codec
 from streams.exceptions import DecodeError, TopicLayoutError
 from streams.topics import TopicNames
@@ -64,8 +67,8 @@ class StatusView:
     """Job state, run history and dead letters for the API and the client library.
 
     ``start()`` opens the store and starts the consumer thread; ``close()`` stops both.
-    Reads (``job``, ``executions``, ``running``, ``dependents``, ``dead_letters``) are served
-    from RocksDB.
+    Reads (``job``, ``jobs``, ``executions``, ``execution``, ``running``, ``dependents``,
+    ``dead_letters``...) are served from RocksDB.
     """
 
     def __init__(self, settings: IngestSettings, codec: Codec | None = None) -> None:
@@ -109,6 +112,8 @@ class StatusView:
             self._settings.view_path,
             self._codec,
             recent_executions=self._settings.recent_executions_per_job,
+            executions_kept=self._settings.executions_kept_per_job,
+            attempts_kept=self._settings.attempts_kept_per_execution,
         )
         kafka = self._settings.kafka
         self._admin = AdminClient(kafka.client_config())
@@ -187,9 +192,33 @@ class StatusView:
         """The job's current Job record, or None when unknown."""
         return self.store.job(job_id)
 
+    def lifecycle(self, job_id: str) -> Lifecycle | None:
+        """What the job's shown status follows from (COMPLETED one-offs), or None."""
+        return self.store.lifecycle(job_id)
+
+    def jobs(
+        self, where: JobFilter, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of jobs matching ``where``, in job id order, and the next page's cursor."""
+        return self.store.job_page(where, cursor, limit)
+
     def executions(self, job_id: str) -> list[dict[str, Any]]:
-        """Recent executions of the job, newest first."""
+        """Recent executions of the job, newest first, each with its attempts."""
         return self.store.executions(job_id)
+
+    def execution_page(
+        self, job_id: str, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of the job's kept executions, newest first, and the next page's cursor."""
+        return self.store.execution_page(job_id, cursor, limit)
+
+    def execution(self, execution_id: str) -> dict[str, Any] | None:
+        """One execution with every attempt kept, or None."""
+        return self.store.execution(execution_id)
+
+    def dead_letter_of(self, execution_id: str) -> dict[str, Any] | None:
+        """The newest dead letter of an execution, or None."""
+        return self.store.dead_letter_of(execution_id)
 
     def running(self, job_id: str) -> dict[str, int]:
         """The job's executions STARTED without an outcome yet (execution_id -> attempt)."""

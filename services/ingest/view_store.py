@@ -1,12 +1,19 @@
-"""The status view's RocksDB: job state, recent executions, running executions, dead letters.
+"""The status view's RocksDB: jobs, their indexes, execution histories, dead letters.
 
-Key layout (one RocksDB, raw bytes; prefixes keep the kinds apart):
+Key layout (one RocksDB, raw bytes; prefixes keep the kinds apart; job ids never contain
+``\\0``):
 
 * ``j\\0<job_id>``: 8-byte big-endian version + the Job record's Avro bytes as consumed
-* ``e\\0<job_id>``: JSON list of the job's recent executions, newest ``scheduled_for`` first
+* ``s\\0<job_id>``: JSON ``[record status, run_at_ms, outcome]``, the job's
+  :class:`~services.ingest.lifecycle.Lifecycle` (its shown status: COMPLETED one-offs)
+* ``x\\0<term><job_id>``: empty; the job's index keys (:mod:`services.ingest.job_index`)
+* ``h\\0<job_id>\\0<scheduled_for:8><execution_id>``: JSON of one execution with every
+  attempt (:mod:`services.ingest.attempts`); a job's newest are its last keys
+* ``n\\0<job_id>``: 8-byte count of the job's ``h`` keys (at most ``executions_kept``)
 * ``r\\0<job_id>``: JSON object ``{execution_id: attempt}`` of executions STARTED without
   an outcome yet (RUNNING); absent when none
 * ``d\\0<dead_at_ms:8><partition:4><offset:8>``: JSON summary of one dead letter
+* ``D\\0<execution_id>``: the ``d`` key of the execution's newest dead letter
 * ``u\\0<job_id>``: JSON list of the job's ``depends_on`` (only for jobs that have one), so
   an update or a tombstone finds the edges to drop without decoding the old record
 * ``c\\0<upstream>\\0<dependent>``: empty; one per edge, the reverse index of ``depends_on``
@@ -14,74 +21,103 @@ Key layout (one RocksDB, raw bytes; prefixes keep the kinds apart):
 * ``o\\0<topic>\\0<partition>``: 8-byte next offset to consume, written in the same
   WriteBatch as the data it covers, so a restart resumes exactly there
 * ``m\\0undecodable``: 8-byte count of records skipped because they did not decode
+* ``m\\0format``: the layout's version; a store of another version is emptied on open and
+  rebuilt from the topics (the view is a cache of them)
 
-Writes go through a :class:`ViewBatch`: it reads its own pending writes, then commits them
-in one WriteBatch together with the offsets.
+Writes go through a :class:`~services.ingest.view_batch.ViewBatch`: it reads its own
+pending writes, then commits them in one WriteBatch together with the offsets.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import orjson
 from rocksdict import Options, Rdict, WriteBatch
 
 from services.ingest.exceptions import ViewInUseError
-from streams.codec import Codec, RecordKind
-from streams.exceptions import InvalidRecordError
+from services.ingest.job_index import (
+    INDEX,
+    InvalidCursorError,
+    JobFilter,
+    decode_cursor,
+    encode_cursor,
+    page_of_ids,
+)
+from services.ingest.lifecycle import Lifecycle
+from streams.codec import Codec
+from streams.identity import split_execution_id
 from streams.job_reader import JobReader
-from streams.records import ExecutionStatus
 
-_U64 = struct.Struct(">Q")
-_DLQ_KEY = struct.Struct(">QIQ")
-_JOB, _EXECS, _RUNNING, _DLQ, _OFFSET, _META = b"j\0", b"e\0", b"r\0", b"d\0", b"o\0", b"m\0"
-_UPSTREAMS, _CHILD = b"u\0", b"c\0"
-_UNDECODABLE = _META + b"undecodable"
-_DLQ_END = _DLQ + b"\xff" * _DLQ_KEY.size
+if TYPE_CHECKING:
+    from services.ingest.view_batch import ViewBatch
 
-_EXECUTION_FIELDS = (
-    "execution_id", "scheduled_for_ms", "attempt", "status", "trigger", "reason", "error",
-    "worker_id", "started_at_ms", "finished_at_ms", "next_attempt_at_ms", "recorded_at_ms",
-)  # fmt: skip
+__all__ = ["InvalidCursorError", "ViewStore"]
 
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+U64 = struct.Struct(">Q")
+DLQ_KEY = struct.Struct(">QIQ")
+JOB, HISTORY, COUNT, LIFE, RUNNING = b"j\0", b"h\0", b"n\0", b"s\0", b"r\0"
+DLQ, DEAD_BY_ID, OFFSET, META = b"d\0", b"D\0", b"o\0", b"m\0"
+UPSTREAMS, CHILD = b"u\0", b"c\0"
+UNDECODABLE = META + b"undecodable"
+_FORMAT, _FORMAT_VERSION = META + b"format", b"2"
+_DLQ_END = DLQ + b"\xff" * DLQ_KEY.size
+_TICK_BIAS = 1 << 63  # ticks as unsigned: negative ones sort before positive ones
 
 
-def _offset_key(topic: str, partition: int) -> bytes:
-    return _OFFSET + topic.encode() + b"\0" + str(partition).encode()
+def history_prefix(job_id: str) -> bytes:
+    """The prefix of a job's execution keys."""
+    return HISTORY + job_id.encode() + b"\0"
 
 
-class InvalidCursorError(ValueError):
-    """A dead-letter cursor that this view did not hand out."""
+def history_key(job_id: str, scheduled_for_ms: int, execution_id: str) -> bytes:
+    """The key of one execution: its job's executions sort by (scheduled_for, id)."""
+    tick = U64.pack(scheduled_for_ms + _TICK_BIAS)
+    return history_prefix(job_id) + tick + execution_id.encode()
 
 
-def encode_cursor(key: bytes) -> str:
+def offset_key(topic: str, partition: int) -> bytes:
+    return OFFSET + topic.encode() + b"\0" + str(partition).encode()
+
+
+def encode_dlq_cursor(key: bytes) -> str:
     """The opaque cursor of a dead-letter key."""
-    return base64.urlsafe_b64encode(key[len(_DLQ) :]).decode().rstrip("=")
+    return base64.urlsafe_b64encode(key[len(DLQ) :]).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> bytes:
+def decode_dlq_cursor(cursor: str) -> bytes:
     """The dead-letter key of a cursor; raises ``InvalidCursorError``."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
     except (binascii.Error, ValueError):
         raise InvalidCursorError("cursor is not one this API returned") from None
-    if len(raw) != _DLQ_KEY.size:
+    if len(raw) != DLQ_KEY.size:
         raise InvalidCursorError("cursor is not one this API returned")
-    return _DLQ + raw
+    return DLQ + raw
 
 
 class ViewStore:
-    """The view's RocksDB on disk; reads are safe from any thread, one writer at a time."""
+    """The view's RocksDB on disk; reads are safe from any thread, one writer at a time.
 
-    def __init__(self, path: Path, codec: Codec, *, recent_executions: int) -> None:
+    ``recent_executions`` is how many executions :meth:`executions` returns (a job's
+    page), ``executions_kept`` how many the store keeps per job, ``attempts_kept`` how
+    many attempts per execution.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        codec: Codec,
+        *,
+        recent_executions: int,
+        executions_kept: int = 100,
+        attempts_kept: int = 100,
+    ) -> None:
         path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
@@ -91,11 +127,23 @@ class ViewStore:
             if "lock" in str(exc).lower():
                 raise ViewInUseError(path, str(exc)) from exc
             raise
-        self._codec = codec
+        self.codec = codec
         # Every create passes through apply_job: the exact Job reader costs a quarter of
         # fastavro's generic one here (it falls back to the codec for anything else).
         self.job_reader = JobReader(codec)
         self.recent_executions = recent_executions
+        self.executions_kept = executions_kept
+        self.attempts_kept = attempts_kept
+        self._check_format()
+
+    def _check_format(self) -> None:
+        """Empty a store of another layout (it is rebuilt from the topics' start)."""
+        if self.get(_FORMAT) == _FORMAT_VERSION:
+            return
+        batch = WriteBatch(raw_mode=True)
+        batch.delete_range(b"", b"\xff" * 8)
+        batch.put(_FORMAT, _FORMAT_VERSION)
+        self._db.write(batch)
 
     def close(self) -> None:
         """Close the RocksDB (flushes the memtable)."""
@@ -105,76 +153,144 @@ class ViewStore:
         value = self._db.get(key)
         return None if value is None else bytes(value)
 
+    def keys_from(self, start: bytes, prefix: bytes) -> Iterator[bytes]:
+        """The stored keys with ``prefix`` from ``start`` on, in order."""
+        for raw_key in self._db.keys(from_key=start):
+            key = bytes(raw_key)  # type: ignore[arg-type]  # raw mode: keys are bytes
+            if not key.startswith(prefix):
+                return
+            yield key
+
+    # jobs --------------------------------------------------------------------------------
+
     def job(self, job_id: str) -> dict[str, Any] | None:
         """The job's current record (decoded Job dict), or None."""
-        stored = self.get(_JOB + job_id.encode())
+        stored = self.get(JOB + job_id.encode())
         return None if stored is None else self.job_reader.decode(stored[8:])
 
-    def executions(self, job_id: str) -> list[dict[str, Any]]:
-        """The job's recent executions, newest first (at most ``recent_executions``)."""
-        stored = self.get(_EXECS + job_id.encode())
-        return [] if stored is None else list(json.loads(stored))
+    def lifecycle(self, job_id: str) -> Lifecycle | None:
+        """What the job's shown status follows from, or None for an unknown job."""
+        stored = self.get(LIFE + job_id.encode())
+        return None if stored is None else Lifecycle.from_json(orjson.loads(stored))
+
+    def job_page(
+        self, where: JobFilter, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of jobs matching ``where`` in job id order, and the next page's cursor."""
+        start = b"" if cursor is None else decode_cursor(cursor)
+        terms = where.terms()
+        prefixes = [INDEX + t for t in terms] if terms else [JOB]
+        ids, following = page_of_ids(self._db.iter, prefixes, start, limit)
+        jobs = [job for job in map(self.job, ids) if job is not None]
+        return jobs, None if following is None else encode_cursor(following)
+
+    # executions --------------------------------------------------------------------------
+
+    def executions(self, job_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The job's newest executions, newest first (``recent_executions`` by default)."""
+        found, _ = self.execution_page(job_id, None, limit or self.recent_executions)
+        return found
+
+    def execution_page(
+        self, job_id: str, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of the job's executions, newest first, and the next page's cursor."""
+        prefix = history_prefix(job_id)
+        if cursor is None:
+            start, skip = prefix + b"\xff", False
+        else:
+            start, skip = prefix + decode_cursor(cursor, min_length=9, text=False), True
+        found: list[dict[str, Any]] = []
+        last = b""
+        for key, value in self._scan_back(start, prefix, skip_start=skip):
+            if len(found) == limit:
+                return found, encode_cursor(last[len(prefix) :])
+            found.append(orjson.loads(value))
+            last = key
+        return found, None
+
+    def execution(self, execution_id: str) -> dict[str, Any] | None:
+        """One execution with every attempt kept, or None (also for a malformed id)."""
+        try:
+            job_id, tick = split_execution_id(execution_id)
+        except ValueError:
+            return None
+        stored = self.get(history_key(job_id, tick, execution_id))
+        return None if stored is None else dict(orjson.loads(stored))
 
     def running(self, job_id: str) -> dict[str, int]:
         """Executions of the job STARTED without an outcome yet: execution_id -> attempt."""
-        stored = self.get(_RUNNING + job_id.encode())
-        return {} if stored is None else dict(json.loads(stored))
+        stored = self.get(RUNNING + job_id.encode())
+        return {} if stored is None else dict(orjson.loads(stored))
 
     def dependents(self, job_id: str, limit: int) -> list[str]:
         """The jobs whose ``depends_on`` names ``job_id`` (sorted, at most ``limit``)."""
-        prefix = _CHILD + job_id.encode() + b"\0"
+        prefix = CHILD + job_id.encode() + b"\0"
         found: list[str] = []
-        for raw_key in self._db.keys(from_key=prefix):
-            key = bytes(raw_key)  # type: ignore[arg-type]  # raw mode: keys are bytes
-            if not key.startswith(prefix) or len(found) == limit:
+        for key in self.keys_from(prefix, prefix):
+            if len(found) == limit:
                 break
             found.append(key[len(prefix) :].decode())
         return found
+
+    # dead letters ------------------------------------------------------------------------
 
     def dead_letters(
         self, cursor: str | None, limit: int
     ) -> tuple[list[dict[str, Any]], str | None]:
         """A page of dead letters, newest first, and the cursor of the next page (or None)."""
-        start = _DLQ_END if cursor is None else decode_cursor(cursor)
+        start = _DLQ_END if cursor is None else decode_dlq_cursor(cursor)
         items: list[dict[str, Any]] = []
         last_key = b""
-        for key, value in self._scan_back(start, skip_start=cursor is not None):
+        for key, value in self._scan_back(start, DLQ, skip_start=cursor is not None):
             if len(items) == limit:
-                return items, encode_cursor(last_key)
-            items.append(json.loads(value))
+                return items, encode_dlq_cursor(last_key)
+            items.append(orjson.loads(value))
             last_key = key
         return items, None
 
-    def _scan_back(self, start: bytes, *, skip_start: bool) -> Iterator[tuple[bytes, bytes]]:
+    def dead_letter_of(self, execution_id: str) -> dict[str, Any] | None:
+        """The newest dead letter of an execution, or None when the view knows none."""
+        key = self.get(DEAD_BY_ID + execution_id.encode())
+        stored = None if key is None else self.get(key)
+        return None if stored is None else dict(orjson.loads(stored))
+
+    def _scan_back(
+        self, start: bytes, prefix: bytes, *, skip_start: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
         it = self._db.iter()
         it.seek_for_prev(start)
         if skip_start and it.valid() and bytes(it.key()) == start:
             it.prev()
         while it.valid():
             key = bytes(it.key())
-            if not key.startswith(_DLQ):
+            if not key.startswith(prefix):
                 return
             yield key, bytes(it.value())
             it.prev()
 
+    # offsets and writes ------------------------------------------------------------------
+
     def offsets(self) -> dict[tuple[str, int], int]:
         """The stored next offset of every partition the view has consumed."""
         result: dict[tuple[str, int], int] = {}
-        for raw_key, value in self._db.items(from_key=_OFFSET):
+        for raw_key, value in self._db.items(from_key=OFFSET):
             key = bytes(raw_key)  # type: ignore[arg-type]  # raw mode: keys are bytes
-            if not key.startswith(_OFFSET):
+            if not key.startswith(OFFSET):
                 break
-            topic, _, partition = key[len(_OFFSET) :].rpartition(b"\0")
-            result[(topic.decode(), int(partition))] = _U64.unpack(value)[0]
+            topic, _, partition = key[len(OFFSET) :].rpartition(b"\0")
+            result[(topic.decode(), int(partition))] = U64.unpack(value)[0]
         return result
 
     def undecodable_count(self) -> int:
         """How many records the view skipped because they did not decode."""
-        stored = self.get(_UNDECODABLE)
-        return 0 if stored is None else int(_U64.unpack(stored)[0])
+        stored = self.get(UNDECODABLE)
+        return 0 if stored is None else int(U64.unpack(stored)[0])
 
     def begin(self) -> ViewBatch:
         """A batch of writes to commit atomically with the offsets they cover."""
+        from services.ingest.view_batch import ViewBatch
+
         return ViewBatch(self)
 
     def write(self, pending: Mapping[bytes, bytes | None]) -> None:
@@ -185,125 +301,3 @@ class ViewStore:
             else:
                 batch.put(key, value)
         self._db.write(batch)
-
-
-class ViewBatch:
-    """Pending writes of one consumed batch; ``commit`` writes them in one WriteBatch."""
-
-    def __init__(self, store: ViewStore) -> None:
-        self._store = store
-        self._codec = store._codec
-        self._pending: dict[bytes, bytes | None] = {}
-        self._undecodable = 0
-
-    def _get(self, key: bytes) -> bytes | None:
-        if key in self._pending:
-            return self._pending[key]
-        return self._store.get(key)
-
-    def consumed(self, topic: str, partition: int, offset: int) -> None:
-        """Record that everything up to ``offset`` of the partition is applied."""
-        self._pending[_offset_key(topic, partition)] = _U64.pack(offset + 1)
-
-    def undecodable(self) -> None:
-        """Count one skipped record."""
-        self._undecodable += 1
-
-    def apply_job(self, key: bytes | None, value: bytes | None) -> None:
-        """A record of ``jobs``: newer versions replace the state, a tombstone deletes it."""
-        if value is None:
-            if key is not None:
-                for prefix in (_JOB, _EXECS, _RUNNING):
-                    self._pending[prefix + key] = None
-                self._replace_edges(key, ())
-            return
-        record = self._store.job_reader.decode(value)
-        reason = self._codec.bounds.key_reason(self._codec.record_name(RecordKind.JOB), key, record)
-        if reason is not None:
-            raise InvalidRecordError(reason)  # the timer dead-letters it: never a job
-        job_key = _JOB + record["job_id"].encode()
-        stored = self._get(job_key)
-        if stored is not None and _U64.unpack(stored[:8])[0] >= record["version"]:
-            return  # a stale or repeated command never overwrites a newer one
-        self._pending[job_key] = _U64.pack(record["version"]) + value
-        depends_on = record["depends_on"]
-        if depends_on or stored is not None:  # a brand-new job without edges costs nothing
-            self._replace_edges(record["job_id"].encode(), depends_on)
-
-    def _replace_edges(self, job: bytes, depends_on: Sequence[str]) -> None:
-        """Keep the reverse index of ``depends_on`` equal to the job's current edges."""
-        key = _UPSTREAMS + job
-        stored = self._get(key)
-        old = set() if stored is None else set(json.loads(stored))
-        new = set(depends_on)
-        if old == new:
-            return
-        for upstream in old - new:
-            self._pending[_CHILD + upstream.encode() + b"\0" + job] = None
-        for upstream in new - old:
-            self._pending[_CHILD + upstream.encode() + b"\0" + job] = b""
-        self._pending[key] = _dumps(sorted(new)) if new else None
-
-    def apply_result(self, value: bytes) -> None:
-        """A record of ``job-results``: merged into recent and running executions."""
-        result = self._codec.decode(RecordKind.EXECUTION_RESULT, value)
-        job = result["job_id"].encode()
-        self._merge_execution(job, {name: result.get(name) for name in _EXECUTION_FIELDS})
-        self._track_running(job, result)
-
-    def _merge_execution(self, job: bytes, summary: dict[str, Any]) -> None:
-        key = _EXECS + job
-        stored = self._get(key)
-        executions: list[dict[str, Any]] = [] if stored is None else json.loads(stored)
-        for i, known in enumerate(executions):
-            if known["execution_id"] == summary["execution_id"]:
-                if summary["started_at_ms"] is None:
-                    summary["started_at_ms"] = known.get("started_at_ms")
-                executions[i] = summary
-                break
-        else:
-            executions.append(summary)
-        executions.sort(key=lambda e: (e["scheduled_for_ms"], e["execution_id"]), reverse=True)
-        self._pending[key] = _dumps(executions[: self._store.recent_executions])
-
-    def _track_running(self, job: bytes, result: Mapping[str, Any]) -> None:
-        key = _RUNNING + job
-        stored = self._get(key)
-        running: dict[str, int] = {} if stored is None else json.loads(stored)
-        execution_id, attempt = result["execution_id"], result["attempt"]
-        if result["status"] == ExecutionStatus.STARTED:
-            running[execution_id] = attempt
-        elif execution_id in running and attempt >= running[execution_id]:
-            del running[execution_id]
-        self._pending[key] = _dumps(running) if running else None
-
-    def apply_dead_letter(self, partition: int, offset: int, value: bytes) -> None:
-        """A record of ``dlq``: one entry of the dead-letter list."""
-        dead = self._codec.decode(RecordKind.DEAD_LETTER, value)
-        execution = dead.get("execution") or {}
-        summary = {
-            "job_id": execution.get("job_id"),
-            "execution_id": execution.get("execution_id"),
-            "kind": dead["kind"],
-            "reason": dead["reason"],
-            "last_error": dead.get("last_error"),
-            "attempts": execution.get("attempt"),
-            "scheduled_for_ms": execution.get("scheduled_for_ms"),
-            "handler": execution.get("handler"),
-            "tenant": execution.get("tenant"),
-            "dead_at_ms": dead["dead_at_ms"],
-            "source_topic": dead.get("source_topic"),
-            "source_partition": dead.get("source_partition"),
-            "source_offset": dead.get("source_offset"),
-        }
-        key = _DLQ + _DLQ_KEY.pack(max(dead["dead_at_ms"], 0), partition, offset)
-        self._pending[key] = _dumps(summary)
-
-    def commit(self) -> None:
-        """Write every pending change, the offsets and the skip count in one WriteBatch."""
-        if self._undecodable:
-            total = self._store.undecodable_count() + self._undecodable
-            self._pending[_UNDECODABLE] = _U64.pack(total)
-        self._store.write(self._pending)
-        self._pending = {}
-        self._undecodable = 0

@@ -269,8 +269,13 @@ OPERATIONS = [
     (POST, "/api/jobs/{job_id}/trigger", False),
     (POST, "/api/jobs/{job_id}/pause", False),
     (POST, "/api/jobs/{job_id}/resume", False),
+    (GET, "/api/jobs", True),
+    (GET, "/api/jobs/{job_id}/executions", True),
+    (GET, "/api/executions/{execution_id}", False),
+    (POST, "/api/jobs/{job_id}/backfill", True),
     (DELETE, "/api/jobs/{job_id}", False),  # last: it cancels the jobs the others command
     (GET, "/api/dead-letter", True),
+    (POST, "/api/dead-letter/{execution_id}/replay", False),
     (GET, "/api/dag-runs/{root_job_id}/{run_key_ms}", True),
     (GET, "/healthz", False),
 ]
@@ -353,7 +358,8 @@ def test_schemathesis_finds_no_server_error(
     if "{job_id}" in path:  # also the ids of jobs that exist
         known = [operation.as_strategy(mode, path_parameters={"job_id": i}) for i in job_ids]
         cases = st.one_of(*known, cases)
-    if path in ("/api/jobs", "/api/jobs/batch") and mode is GenerationMode.POSITIVE:
+    creates = method == POST and path in ("/api/jobs", "/api/jobs/batch")
+    if creates and mode is GenerationMode.POSITIVE:
         cases = cases.map(with_known_upstreams)
     if "{root_job_id}" in path:  # also a root and a dependent that exist
         known = [
@@ -379,5 +385,5 @@ def test_schemathesis_finds_no_server_error(
             statuses.update(a["status_code"] for a in answers)
 
     check()
-    if path in ("/api/jobs", "/api/jobs/batch") and mode is GenerationMode.POSITIVE:
+    if creates and mode is GenerationMode.POSITIVE:
         assert statuses[201] > 0, statuses  # the fuzz reaches the write path

@@ -1,0 +1,143 @@
+"""Secondary indexes of the status view's jobs, and pages of job ids read through them.
+
+Each job has one empty index key per *term* it matches: its shown status (see
+:mod:`services.ingest.lifecycle`), tenant, handler and each label. A key is
+``x\\0<kind:1><len:2><value><job_id>``: the length prefix keeps values apart whatever they
+contain, and within one term the keys are in job id order, the order of every page.
+
+A page is the ids after a position, in job id order: through the ``jobs`` keys themselves
+without filters, or by a leapfrog join of the filters' terms (each term's keys are seeked
+to the largest candidate so far until all agree), so a rare combination costs seeks, not a
+scan. The cursor is the position where the next page starts (the last id plus ``\\0``),
+so paging is stable under concurrent writes: a job created meanwhile lands before the
+cursor (never seen) or after it (seen once), and no other job moves or repeats. Every page
+is bounded: after ``budget`` seeks and steps it answers what it found with a cursor that
+resumes there (a page may hold fewer than ``limit`` items and still have a next one).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+INDEX = b"x\0"
+STATUS, TENANT, HANDLER, LABEL = "s", "t", "h", "l"
+_LEN = struct.Struct(">H")
+PAGE_BUDGET = 20_000
+"""Seeks and steps one page may take before it answers with what it found."""
+
+
+class InvalidCursorError(ValueError):
+    """A cursor that this API did not hand out (the error names the parameter)."""
+
+
+class RawIterator(Protocol):
+    """The part of a rocksdict iterator pages use."""
+
+    def seek(self, key: bytes) -> None: ...
+    def valid(self) -> bool: ...
+    def key(self) -> Any: ...
+    def next(self) -> None: ...
+
+
+def term(kind: str, value: str) -> bytes:
+    """The index term of ``kind`` (``STATUS``...) and its value."""
+    raw = value.encode()
+    return kind.encode() + _LEN.pack(len(raw)) + raw
+
+
+def label_term(key: str, value: str) -> bytes:
+    """The term of one label (label keys never contain ``\\0``)."""
+    return term(LABEL, f"{key}\0{value}")
+
+
+def terms_of(job: Mapping[str, Any], shown_status: str) -> list[bytes]:
+    """Every term a Job record with this shown status matches."""
+    found = [
+        term(STATUS, shown_status),
+        term(TENANT, job["tenant"]),
+        term(HANDLER, job["handler"]),
+    ]
+    found += [label_term(k, v) for k, v in sorted(job["labels"].items())]
+    return found
+
+
+def index_key(term_bytes: bytes, job_id: str) -> bytes:
+    """The index key of ``job_id`` under one term."""
+    return INDEX + term_bytes + job_id.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What ``GET /api/jobs`` filters by; a job matches all that are set."""
+
+    status: str | None = None
+    tenant: str | None = None
+    handler: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def terms(self) -> list[bytes]:
+        given = ((STATUS, self.status), (TENANT, self.tenant), (HANDLER, self.handler))
+        found = [term(kind, value) for kind, value in given if value is not None]
+        return found + [label_term(k, v) for k, v in self.labels]
+
+
+def encode_cursor(position: bytes) -> str:
+    """The opaque cursor of a position (a job id, or one plus ``\\0``)."""
+    return base64.urlsafe_b64encode(position).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, *, min_length: int = 1, text: bool = True) -> bytes:
+    """The position of a cursor (UTF-8 when ``text``); raises ``InvalidCursorError``."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        if text:
+            raw.decode()
+    except (binascii.Error, ValueError):
+        raise InvalidCursorError("cursor is not one this API returned") from None
+    if not min_length <= len(raw) <= 400:
+        raise InvalidCursorError("cursor is not one this API returned")
+    return raw
+
+
+def page_of_ids(
+    iterator_of: Any,
+    prefixes: Iterable[bytes],
+    start: bytes,
+    limit: int,
+    budget: int = PAGE_BUDGET,
+) -> tuple[list[str], bytes | None]:
+    """Up to ``limit`` job ids at or after ``start`` present under every prefix (keys
+    ``<prefix><job_id>``), in order, and the position of the next page (None at the end).
+
+    ``iterator_of()`` opens a fresh RocksDB iterator.
+    """
+    scans = [(prefix, iterator_of()) for prefix in prefixes]
+    found: list[str] = []
+    candidate = start
+    steps = 0
+    while steps < budget:
+        agreed = 0
+        for prefix, it in scans:
+            steps += 1
+            it.seek(prefix + candidate)
+            if not it.valid():
+                return found, None
+            key = bytes(it.key())
+            if not key.startswith(prefix):
+                return found, None
+            position = key[len(prefix) :]
+            if position != candidate:
+                candidate = position
+                break
+            agreed += 1
+        if agreed == len(scans):
+            if len(found) == limit:
+                return found, candidate  # one more exists: the next page starts at it
+            found.append(candidate.decode())
+            candidate += b"\0"
+    return found, candidate
