@@ -49,7 +49,10 @@ def parse_backfill(body: Mapping[str, Any]) -> BackfillRequest:
     try:
         return BackfillRequest.model_validate(body)
     except ValidationError as exc:
-        errors = [{k: e[k] for k in ("type", "loc", "msg", "input")} for e in exc.errors()]
+        errors = [
+            {"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"], "input": e["input"]}
+            for e in exc.errors()
+        ]
         raise JobRequestError(errors) from None
 
 
