@@ -18,12 +18,13 @@ which is how a service rebuilds its own state (see ``examples/success_counts.py`
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError, KafkronError
@@ -35,6 +36,15 @@ from streams.topics import TopicNames
 log = logging.getLogger(__name__)
 
 _METADATA_TIMEOUT_S = 30.0
+_TRANSIENT_CODES = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+_T = TypeVar("_T")
 
 
 class ResultsConsumerError(KafkronError):
@@ -136,7 +146,7 @@ class ResultsConsumer:
         The group's committed offsets are ignored, and :meth:`commit` overwrites them.
         """
         wanted = [TopicPartition(self.topic, p, timestamp_ms) for p in self.partitions()]
-        found = self._consumer.offsets_for_times(wanted, timeout=_METADATA_TIMEOUT_S)
+        found = self._with_retries(lambda: self._consumer.offsets_for_times(wanted, timeout=5.0))
         return self._assign_at(
             {tp.partition: tp.offset if tp.offset >= 0 else self._end(tp.partition) for tp in found}
         )
@@ -210,10 +220,30 @@ class ResultsConsumer:
         return dict(starts)
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
-        low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, partition), timeout=_METADATA_TIMEOUT_S, cached=False
+        tp = TopicPartition(self.topic, partition)
+        low, high = self._with_retries(
+            lambda: self._consumer.get_watermark_offsets(tp, timeout=5.0, cached=False)
         )
         return int(low), int(high)
+
+    def _with_retries(self, call: Callable[[], _T]) -> _T:
+        """``call()``, again while the broker answers with a transient error (a partition
+        leader moving or not elected yet, a timeout), until ``_METADATA_TIMEOUT_S``."""
+        deadline = time.monotonic() + _METADATA_TIMEOUT_S
+        while True:
+            try:
+                return call()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                transient = error is not None and (
+                    classify(error) == ErrorKind.RETRIABLE or error.code() in _TRANSIENT_CODES
+                )
+                if not transient or time.monotonic() > deadline:
+                    raise ResultsConsumerError(
+                        f"asking the broker about {self.topic} failed: {exc}; check that the "
+                        "cluster at KAFKRON_BOOTSTRAP_SERVERS is up and the topic exists"
+                    ) from exc
+                time.sleep(0.1)
 
     def _end(self, partition: int) -> int:
         return self._watermarks(partition)[1]
