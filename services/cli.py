@@ -1,94 +1,86 @@
-"""The ``kafkron`` command: the local broker, topics, the services and the local cluster."""
+"""The ``kafkron`` command (click): the root group, ``--version`` and the exit codes; the
+operator commands live in ``services/operator_cli/``, the services' in ``services/commands.py``.
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
-from infra.broker import LocalBroker
-from infra.fetch import fetch_jars
-from infra.settings import BrokerSettings
+import click
+
 from services import commands
-from streams.admin import ensure_topics
+from services.operator_cli import backfill, cluster, dead_letters, job_actions, job_views
 from streams.exceptions import KafkronError
-from streams.settings import KafkaSettings
 
-Command = Callable[[argparse.Namespace], int]
+HELP = """kafkron: a distributed job scheduler on Apache Kafka.
 
+Jobs: submit, list, show, history, cancel, pause, resume, trigger, backfill (over the REST
+API); dlq list|replay (over Kafka). Local cluster: up, broker, topics. Services: timer, dag,
+executor, api.
 
-def _broker(args: argparse.Namespace) -> int:
-    settings = BrokerSettings()
-    broker = LocalBroker(settings)
-    if args.action == "fetch":
-        print(f"Kafka jars in {fetch_jars(settings)}")
-    elif args.action == "start":
-        state = broker.start()
-        print(f"broker ready on {state.bootstrap} (pid {state.pid}, home {broker.home})")
-    elif args.action == "stop":
-        print("broker stopped" if broker.stop() else "no broker was running")
-    else:
-        running = broker.running_state()
-        if running is None:
-            print(f"no broker running from {broker.home}")
-            return 1
-        ok = broker.answers(running.bootstrap)
-        verdict = "ready" if ok else "NOT answering"
-        print(f"broker pid {running.pid} on {running.bootstrap}: {verdict}")
-        return 0 if ok else 1
-    return 0
+Every command finds the cluster that 'kafkron up' started through the profile it writes,
+unless its flags (--api, --bootstrap, --namespace) or the environment (KAFKRON_API_URL,
+KAFKRON_BOOTSTRAP_SERVERS, KAFKRON_NAMESPACE, KAFKRON_PROFILE) say otherwise.
+
+Exit codes: 0 done, 1 refused (the reason on stderr; with --json also {"error", "status_code"}
+on stdout), 2 usage (an unknown command, option or value).
+"""
+
+EXIT_DONE, EXIT_REFUSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def _topics(args: argparse.Namespace) -> int:
-    settings = KafkaSettings()
-    for report in ensure_topics(settings):
-        verb = "created" if report.created else "exists"
-        print(f"{verb:8} {report.name} ({report.partitions} partitions)")
-    return 0
+def kafkron_version() -> str:
+    """The installed distribution's version ("unknown" when run from an uninstalled tree)."""
+    try:
+        return version("kafkron")
+    except PackageNotFoundError:
+        return "unknown"
 
 
-def _up(args: argparse.Namespace) -> int:
-    from services.local_cluster import run_local_cluster
-
-    return run_local_cluster(BrokerSettings(), KafkaSettings(), demo=args.demo, check=args.check)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every ``kafkron`` subcommand."""
-    parser = argparse.ArgumentParser(prog="kafkron", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    broker = sub.add_parser("broker", help="the local single-node Kafka broker")
-    broker.add_argument("action", choices=["fetch", "start", "stop", "status"])
-    broker.set_defaults(func=_broker)
-    topics = sub.add_parser("topics", help="kafkron's topics")
-    topics.add_argument("action", choices=["create"])
-    topics.set_defaults(func=_topics)
-    up = sub.add_parser("up", help="broker + topics + every service, until Ctrl-C")
-    up.add_argument("--demo", action="store_true", help="submit demo jobs and show them run")
-    up.add_argument("--check", action="store_true", help="start everything, report, then stop")
-    up.set_defaults(func=_up)
-    for register in _service_commands():
-        register(sub)
-    return parser
+@click.group(
+    name="kafkron",
+    help=HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(kafkron_version(), "--version", prog_name="kafkron")
+def root() -> None:
+    """The group of every ``kafkron`` subcommand."""
 
 
-def _service_commands() -> list[commands.Registrar]:
-    """Subcommands that each service contributes."""
-
-    return commands.REGISTRARS
+for _command in (
+    *job_actions.COMMANDS,
+    *job_views.COMMANDS,
+    dead_letters.dlq,
+    backfill.backfill,
+    *cluster.COMMANDS,
+):
+    root.add_command(_command)
+for _register in commands.REGISTRARS:
+    _register(root)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``kafkron`` console script."""
-    args = build_parser().parse_args(argv)
-    func: Command = args.func
+    """Entry point of the ``kafkron`` console script; returns the exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        return func(args)
+        result = root.main(args, prog_name="kafkron", standalone_mode=False)
+    except click.UsageError as exc:
+        exc.show()
+        return EXIT_USAGE
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_INTERRUPTED
     except KafkronError as exc:
-        print(f"kafkron: {exc}", file=sys.stderr)
-        return 2
+        click.echo(f"kafkron: {exc}", err=True)
+        return EXIT_REFUSED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    return result if isinstance(result, int) else EXIT_DONE
 
 
 if __name__ == "__main__":

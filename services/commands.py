@@ -1,4 +1,4 @@
-"""Subcommands contributed by the services (timer, dag, executor, api, dlq), registered here.
+"""Subcommands that run the services (timer, dag, executor, api), registered here.
 
 ``LOCAL_SERVICES`` lists what ``kafkron up`` runs, as (name, argv after ``kafkron``), and
 ``READINESS`` how ``kafkron up`` tells that each is serving (``services/readiness.py``).
@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
+
+import click
 
 from services.readiness import Probe, group_probe, http_probe
 from streams.settings import KafkaSettings
 
-Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+Registrar = Callable[[click.Group], None]
 
 REGISTRARS: list[Registrar] = []
 
@@ -29,11 +30,35 @@ def run_demo(kafka: KafkaSettings) -> None:
     demo(kafka)
 
 
-def _executor_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``kafkron executor`` and ``kafkron dlq list|replay`` (services/executor/cli.py)."""
-    from services.executor.cli import register
+_KAFKA_ENV = (
+    "KAFKRON_BOOTSTRAP_SERVERS, KAFKRON_NAMESPACE, KAFKRON_PARTITIONS, KAFKRON_LIBRDKAFKA (JSON), "
+    "KAFKRON_STATE_DIR"
+)
 
-    register(sub)
+
+def _service_command(
+    name: str, summary: str, prefix: str, run: Callable[[], None]
+) -> click.Command:
+    """``kafkron <name>``: run one service process until SIGTERM or Ctrl-C."""
+
+    def command() -> int:
+        run()
+        return 0
+
+    epilog = f"Environment: {prefix}* (the service's settings), {_KAFKA_ENV}."
+    return click.Command(name, callback=command, help=summary, epilog=epilog)
+
+
+def _executor_commands(group: click.Group) -> None:
+    """``kafkron executor``: one executor (services/executor)."""
+
+    def run() -> None:
+        from services.executor.main import main
+
+        main()
+
+    summary = "Run one executor (runs due executions, publishes results, retries, dead letters)."
+    group.add_command(_service_command("executor", summary, "KAFKRON_EXECUTOR_", run))
 
 
 def _executor_probe(kafka: KafkaSettings, pid: int) -> Probe:
@@ -50,25 +75,29 @@ LOCAL_SERVICES.append(("executor", ["executor"]))
 READINESS["executor"] = _executor_probe
 
 
-def _api_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _api_commands(group: click.Group) -> None:
     """``kafkron api``: the REST API and status view (services/ingest)."""
 
-    def _run(args: argparse.Namespace) -> int:
+    def run() -> None:
         from services.ingest.main import main
 
         main()
-        return 0
 
-    api = sub.add_parser("api", help="serve the REST API (KAFKRON_INGEST_HTTP_PORT, 8080)")
-    api.set_defaults(func=_run)
+    summary = "Serve the REST API and its status view (KAFKRON_INGEST_HTTP_PORT, 8080)."
+    group.add_command(_service_command("api", summary, "KAFKRON_INGEST_", run))
 
 
-def _api_probe(kafka: KafkaSettings, pid: int) -> Probe:
+def local_api_url(kafka: KafkaSettings) -> str:
+    """The URL at which this machine reaches the API that ``kafkron api`` serves."""
     from services.ingest.settings import IngestSettings
 
     settings = IngestSettings(kafka=kafka)
     host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "") else settings.http_host
-    return http_probe(f"http://{host}:{settings.http_port}/healthz")
+    return f"http://{host}:{settings.http_port}"
+
+
+def _api_probe(kafka: KafkaSettings, pid: int) -> Probe:
+    return http_probe(f"{local_api_url(kafka)}/healthz")
 
 
 REGISTRARS.append(_api_commands)
@@ -76,17 +105,16 @@ LOCAL_SERVICES.append(("api", ["api"]))
 READINESS["api"] = _api_probe
 
 
-def _timer_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _timer_commands(group: click.Group) -> None:
     """``kafkron timer``: one timer process (services/timer)."""
 
-    def _run(args: argparse.Namespace) -> int:
+    def run() -> None:
         from services.timer.main import main
 
         main()
-        return 0
 
-    timer = sub.add_parser("timer", help="run a timer (fires due jobs of its partitions)")
-    timer.set_defaults(func=_run)
+    summary = "Run a timer (fires due jobs of its partitions)."
+    group.add_command(_service_command("timer", summary, "KAFKRON_TIMER_", run))
 
 
 def _timer_probe(kafka: KafkaSettings, pid: int) -> Probe:
@@ -103,17 +131,16 @@ LOCAL_SERVICES.insert(0, ("timer", ["timer"]))
 READINESS["timer"] = _timer_probe
 
 
-def _dag_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _dag_commands(group: click.Group) -> None:
     """``kafkron dag``: one dag processor (services/dag)."""
 
-    def _run(args: argparse.Namespace) -> int:
+    def run() -> None:
         from services.dag.main import main
 
         main()
-        return 0
 
-    dag = sub.add_parser("dag", help="run a dag processor (releases dependents of DAG runs)")
-    dag.set_defaults(func=_run)
+    summary = "Run a dag processor (releases dependents of DAG runs)."
+    group.add_command(_service_command("dag", summary, "KAFKRON_DAG_", run))
 
 
 def _dag_probe(kafka: KafkaSettings, pid: int) -> Probe:

@@ -1,4 +1,9 @@
-"""``kafkron up``: the broker, the topics and every service on this machine, until Ctrl-C."""
+"""``kafkron up``: the broker, the topics and every service on this machine, until Ctrl-C.
+
+Once every service serves, it writes the local profile (``services/operator_cli/profile.py``:
+the API's URL, the bootstrap servers and the namespace) by which every other ``kafkron``
+command finds this cluster with no environment set, and removes it when it stops.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,17 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
 from infra.broker import LocalBroker
 from infra.settings import BrokerSettings
+from services.operator_cli.profile import (
+    Profile,
+    live_owner,
+    remove_own_profile,
+    write_profile,
+)
 from services.readiness import Readiness, wait_until_ready
 from streams.admin import ensure_topics
 from streams.exceptions import KafkronError
@@ -68,8 +80,10 @@ def run_local_cluster(
     *,
     demo: bool = False,
     check: bool = False,
+    profile: Path | None = None,
 ) -> int:
-    """Start broker, topics and services; print a readiness report; run until stopped."""
+    """Start broker, topics and services; print a readiness report; write the ``profile``
+    (when given) once all serve; run until stopped."""
     import os
 
     broker = LocalBroker(broker_settings)
@@ -96,6 +110,8 @@ def run_local_cluster(
         waiting = _wait_for_services(services, kafka, stop)
         if not waiting:
             print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
+            if profile is not None:
+                _write_profile(profile, kafka)
             if demo:
                 from services import commands
 
@@ -114,10 +130,36 @@ def run_local_cluster(
             time.sleep(0.5)
         return 0
     finally:
+        if profile is not None:
+            remove_own_profile(profile)
         for service in reversed(services):
             service.stop()
         broker.stop()
         print("[kafkron] stopped")
+
+
+def _write_profile(path: Path, kafka: KafkaSettings) -> None:
+    """Write the profile, unless another running ``kafkron up`` owns it (never clobbered)."""
+    owner = live_owner(path)
+    if owner is not None:
+        print(
+            f"[kafkron] profile {path} belongs to another running 'kafkron up' (pid {owner}); "
+            "left as it is: give this cluster its own with --profile or KAFKRON_PROFILE"
+        )
+        return
+    write_profile(path, _profile_of(kafka))
+    print(f"[kafkron] profile {path}: other kafkron commands find this cluster by it")
+
+
+def _profile_of(kafka: KafkaSettings) -> Profile:
+    """Where this cluster's API and Kafka are (the API's address as its probe reaches it)."""
+    from services import commands
+
+    return Profile(
+        api_url=commands.local_api_url(kafka),
+        bootstrap_servers=kafka.bootstrap_servers,
+        namespace=kafka.namespace,
+    )
 
 
 def _wait_for_services(

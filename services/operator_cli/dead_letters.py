@@ -1,0 +1,76 @@
+"""``kafkron dlq list | replay``: the dead-letter topic, read and replayed over Kafka itself
+(``services/executor/dlq.py``), so they work while the API is down; the cluster comes from
+the flags, the environment or the local profile like every other command."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from services.operator_cli.config import Target
+from services.operator_cli.options import json_option, target_options
+from services.operator_cli.output import print_json
+from streams.settings import KafkaSettings
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with every bytes as base64 text, so JSON can carry a record."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+@click.group()
+def dlq() -> None:
+    """The dead-letter queue: dead executions and unusable records."""
+
+
+@dlq.command(name="list")
+@click.option("--limit", type=click.IntRange(min=0), help="print at most this many")
+@target_options(kafka=True)
+@json_option
+def list_dead_letters(target: Target, as_json: bool, limit: int | None) -> int:
+    """Print every dead letter, oldest first, partition by partition."""
+    from services.executor.dlq import DeadLetterRow, describe, read_dead_letters
+    from streams.codec import Codec
+
+    rows: list[DeadLetterRow] = []
+    for row in read_dead_letters(target.kafka_settings(KafkaSettings()), Codec.from_directory()):
+        if limit is not None and len(rows) >= limit:
+            break
+        rows.append(row)
+    if as_json:
+        print_json({"items": [jsonable(asdict(row)) for row in rows]})
+        return 0
+    for row in rows:
+        click.echo(describe(row))
+    click.echo(f"{len(rows)} dead letter(s)")
+    return 0
+
+
+@dlq.command(name="replay")
+@click.argument("execution_id")
+@target_options(kafka=True)
+@json_option
+def replay_dead_execution(target: Target, as_json: bool, execution_id: str) -> int:
+    """Run a dead execution again: attempt 1, trigger REPLAY, the same execution id."""
+    from services.executor.dlq import replay
+    from streams.codec import Codec
+
+    kafka = target.kafka_settings(KafkaSettings())
+    event = replay(kafka, Codec.from_directory(), execution_id)
+    if as_json:
+        print_json(jsonable(event))
+        return 0
+    click.echo(
+        f"replayed {event['execution_id']} (handler {event['handler']}, priority "
+        f"{event['priority']}) at {event['emitted_at_ms']}"
+    )
+    return 0
