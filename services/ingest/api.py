@@ -37,7 +37,13 @@ from services.ingest.exceptions import (
 )
 from services.ingest.openapi import BACKFILL_BODY, document_creates
 from services.ingest.presenters import dead_letter_body, iso, job_body
-from services.ingest.read_api import client_of, install_reads, known_job, view_of
+from services.ingest.read_api import (
+    client_of,
+    install_reads,
+    json_answer,
+    known_job,
+    view_of,
+)
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import JOB_ID_PATTERN, MAX_EPOCH_MS
 from services.ingest.view import StatusView
@@ -135,8 +141,8 @@ def create_app(settings: IngestSettings) -> FastAPI:
     catch_up_s = settings.view_catch_up_timeout_s
     install_reads(app, settings, codec)
 
-    @app.get("/api/jobs/{job_id}")
-    def get_job(job_id: str, request: Request) -> dict[str, Any]:
+    @app.get("/api/jobs/{job_id}", response_model=None)
+    def get_job(job_id: str, request: Request) -> Response:
         """The job's definition, status (COMPLETED one-offs with their outcome), next run,
         recent executions with their attempts and (of a dependent) recent DAG runs and the
         newest one's state."""
@@ -150,7 +156,7 @@ def create_app(settings: IngestSettings) -> FastAPI:
         body["dag_state"] = (
             {"run_key": runs[0]["run_key"], "status": runs[0]["status"]} if runs else None
         )
-        return body
+        return json_answer(body)
 
     @app.get("/api/dag-runs/{root_job_id}/{run_key_ms}", response_model=None)
     def get_dag_run(

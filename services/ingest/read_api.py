@@ -84,6 +84,12 @@ def _labels(values: list[str]) -> tuple[tuple[str, str], ...] | str:
     return tuple(pairs)
 
 
+def json_answer(body: Any) -> Response:
+    """``body`` as JSON by orjson: FastAPI's ``jsonable_encoder`` would walk every value of
+    a page first (about as long again as building it)."""
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -118,7 +124,7 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
             newest = view.store.executions(job["job_id"], 1)
             last = newest[0] if newest else None
             items.append(job_summary(job, view.lifecycle(job["job_id"]), last, at))
-        return {"items": items, "next_cursor": next_cursor}
+        return json_answer({"items": items, "next_cursor": next_cursor})
 
     @app.get("/api/jobs/{job_id}/executions", response_model=None)
     def job_executions(
@@ -133,7 +139,9 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
             found, next_cursor = view_of(request).execution_page(job_id, cursor, limit)
         except InvalidCursorError as exc:
             return invalid("query", "cursor", str(exc), cursor)
-        return {"items": [execution_body(e) for e in found], "next_cursor": next_cursor}
+        return json_answer(
+            {"items": [execution_body(e) for e in found], "next_cursor": next_cursor}
+        )
 
     @app.get("/api/executions/{execution_id}")
     def get_execution(
