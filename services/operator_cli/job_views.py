@@ -13,6 +13,7 @@ from services.operator_cli.job_actions import job_path, parse_labels
 from services.operator_cli.options import json_option, target_options
 from services.operator_cli.output import console, fields, human_time, now_ms, print_json, table
 from services.operator_cli.rest import ApiClient
+from streams.records import JobStatus
 
 MAX_PAGE = 500
 
@@ -54,7 +55,7 @@ def _more(listing: dict[str, Any]) -> None:
 
 
 @click.command(name="list")
-@click.option("--status", help="SCHEDULED, PAUSED, CANCELLED or COMPLETED")
+@click.option("--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False))
 @click.option("--tenant")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE (repeatable: all must match)")
 @click.option("--handler")

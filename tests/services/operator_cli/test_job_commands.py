@@ -4,10 +4,12 @@ conftest.py): ``--json`` parsed back, the exit codes 0 (done), 1 (refused) and 2
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,6 +125,7 @@ def test_refusals_exit_1_with_the_reason(kafkron: Kafkron) -> None:
         ["submit", "examples.noop", "--label", "no-equals-sign"],
         ["show"],
         ["list", "--limit", "0"],
+        ["list", "--status", "DONE"],
         ["history"],
         ["history", "job", "--execution", "job@1"],
         ["backfill", "job", "--from", "2026-01-01T00:00:00Z"],
@@ -175,3 +178,20 @@ def test_history_of_a_flaky_one_off_shows_every_attempt(kafkron: Kafkron) -> Non
     assert "FAILED" in statuses and statuses[-1] == "SUCCEEDED", body
     table = kafkron("history", job_id)
     assert table.code == 0 and execution_id in table.out and "SUCCEEDED" in table.out, table
+
+
+def test_submit_a_job_file_with_flags_over_it(kafkron: Kafkron, tmp_path: Path) -> None:
+    job_id = _id("file")
+    cron = {"expression": "0 4 * * *", "timezone": "UTC"}
+    job = {"job_id": job_id, "handler": "examples.noop", "tenant": "from-file", "cron": cron,
+           "labels": {"a": "1"}}  # fmt: skip
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    answer = _submit(kafkron, "--file", str(path), "--tenant", "from-flag", "--label", "b=2")
+    assert answer["job_id"] == job_id
+    shown = kafkron("show", job_id, "--json").json()
+    assert isinstance(shown, dict)
+    assert shown["tenant"] == "from-flag" and shown["labels"] == {"a": "1", "b": "2"}
+    assert shown["cron"]["expression"] == "0 4 * * *"
+    missing = kafkron("submit", "--file", str(tmp_path / "none.json"))
+    assert missing.code == 2 and "does not exist" in missing.err, missing
