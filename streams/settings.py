@@ -5,11 +5,15 @@ Read from the environment (prefix ``KAFKRON_``) only at an entry point, then pas
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LIBRDKAFKA_LOGGER = logging.getLogger("librdkafka")
+"""Where every client's librdkafka log lines go (one format with the rest of the process)."""
 
 
 class KafkaSettings(BaseSettings):
@@ -26,8 +30,13 @@ class KafkaSettings(BaseSettings):
     state_dir: Path = Path(".state")
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """librdkafka config for any client: bootstrap, operator extras, then overrides."""
-        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        """librdkafka config for any client: bootstrap, operator extras, then overrides.
+
+        librdkafka's own log lines go to the ``librdkafka`` logger (``streams/logs.py``)."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": LIBRDKAFKA_LOGGER,
+        }
         config.update(self.librdkafka)
         config.update(overrides)
         return config

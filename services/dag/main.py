@@ -13,13 +13,12 @@ from types import FrameType
 
 from services.dag.service import run
 from services.dag.settings import DagSettings
+from streams.logs import configure_logging
 
 
 def main() -> None:
     """Run a dag processor until SIGTERM or SIGINT."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging("dag")
     settings = DagSettings()
     stop = threading.Event()
 

@@ -8,20 +8,18 @@ to finish, a final commit, then it leaves the group.
 from __future__ import annotations
 
 import gc
-import logging
 import signal
 import threading
 from types import FrameType
 
 from services.executor.service import run
 from services.executor.settings import ExecutorSettings
+from streams.logs import configure_logging
 
 
 def main() -> None:
     """Run an executor until SIGTERM or SIGINT."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging("executor")
     settings = ExecutorSettings()
     stop = threading.Event()
 

@@ -26,6 +26,7 @@ from services.ingest.api import create_app
 from services.ingest.create_lane import serve_creates_first
 from services.ingest.settings import IngestSettings
 from streams.exceptions import ConfigurationError
+from streams.logs import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def _config(settings: IngestSettings) -> uvicorn.Config:
         loop=settings.event_loop,
         http=settings.http_implementation,
         log_level="info",
+        log_config=None,  # uvicorn logs through kafkron's handler (streams/logs.py)
         access_log=False,
     )
 
@@ -58,7 +60,7 @@ def view_path_of_process(view_path: Path, index: int) -> Path:
 
 def _serve_process(settings_json: str, index: int) -> None:
     """One of several API processes: its own view, a port shared with SO_REUSEPORT."""
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s api-{index} %(message)s")
+    configure_logging(f"api-{index}")
     settings = IngestSettings.model_validate_json(settings_json)
     settings = settings.model_copy(
         update={"view_dir": view_path_of_process(settings.view_path, index)}
@@ -116,7 +118,7 @@ def _supervise(settings: IngestSettings) -> None:
 
 def main() -> None:
     """Read settings from the environment (only here) and serve."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging("api")
     run(IngestSettings())
 
 

@@ -14,13 +14,12 @@ from types import FrameType
 
 from services.timer.service import run
 from services.timer.settings import TimerSettings
+from streams.logs import configure_logging
 
 
 def main() -> None:
     """Run a timer until SIGTERM or SIGINT."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging("timer")
     settings = TimerSettings()
     # A drain allocates ~10 short-lived objects per fire (scan tuples, output bytes) and
     # creates no reference cycles in its loop: a larger young generation keeps the cyclic
