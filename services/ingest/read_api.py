@@ -113,17 +113,12 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
         if isinstance(labels, str):
             return invalid("query", "label", labels, label)
         where = JobFilter(status and status.value, tenant, handler, labels)
-        view = view_of(request)
         try:
-            jobs, next_cursor = view.jobs(where, cursor, limit)
+            rows, next_cursor = view_of(request).jobs(where, cursor, limit)
         except InvalidCursorError as exc:
             return invalid("query", "cursor", str(exc), cursor)
         at = now_ms()
-        items = []
-        for job in jobs:
-            newest = view.store.executions(job["job_id"], 1)
-            last = newest[0] if newest else None
-            items.append(job_summary(job, view.lifecycle(job["job_id"]), last, at))
+        items = [job_summary(r.job, r.lifecycle, r.last_execution, at) for r in rows]
         return json_answer({"items": items, "next_cursor": next_cursor})
 
     @app.get("/api/jobs/{job_id}/executions", response_model=None)

@@ -35,7 +35,7 @@ from services.ingest.job_index import JobFilter
 from services.ingest.lifecycle import Lifecycle
 from services.ingest.settings import IngestSettings
 from services.ingest.view_batch import ViewBatch
-from services.ingest.view_store import ViewStore
+from services.ingest.view_store import JobRow, ViewStore
 from streams.codec import Codec
 from streams.exceptions import DecodeError, TopicLayoutError
 from streams.topics import TopicNames
@@ -198,7 +198,7 @@ class StatusView:
 
     def jobs(
         self, where: JobFilter, cursor: str | None, limit: int
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[JobRow], str | None]:
         """A page of jobs matching ``where``, in job id order, and the next page's cursor."""
         return self.store.job_page(where, cursor, limit)
 

@@ -34,6 +34,7 @@ import base64
 import binascii
 import struct
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +58,7 @@ from streams.job_reader import JobReader
 if TYPE_CHECKING:
     from services.ingest.view_batch import ViewBatch
 
-__all__ = ["InvalidCursorError", "ViewStore"]
+__all__ = ["InvalidCursorError", "JobRow", "ViewStore"]
 
 U64 = struct.Struct(">Q")
 DLQ_KEY = struct.Struct(">QIQ")
@@ -99,6 +100,15 @@ def decode_dlq_cursor(cursor: str) -> bytes:
     if len(raw) != DLQ_KEY.size:
         raise InvalidCursorError("cursor is not one this API returned")
     return DLQ + raw
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One job of a page: its record, lifecycle (None: not derived yet), newest execution."""
+
+    job: dict[str, Any]
+    lifecycle: Lifecycle | None
+    last_execution: dict[str, Any] | None
 
 
 class ViewStore:
@@ -175,14 +185,33 @@ class ViewStore:
 
     def job_page(
         self, where: JobFilter, cursor: str | None, limit: int
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of jobs matching ``where`` in job id order, and the next page's cursor."""
+    ) -> tuple[list[JobRow], str | None]:
+        """A page of jobs matching ``where`` in job id order (each with its lifecycle and
+        newest execution), and the next page's cursor."""
         start = b"" if cursor is None else decode_cursor(cursor)
         terms = where.terms()
         prefixes = [INDEX + t for t in terms] if terms else [JOB]
         ids, following = page_of_ids(self._db.iter, prefixes, start, limit)
-        jobs = [job for job in map(self.job, ids) if job is not None]
-        return jobs, None if following is None else encode_cursor(following)
+        keys: list[Any] = [JOB + i.encode() for i in ids] + [LIFE + i.encode() for i in ids]
+        found: list[Any] = (self._db.get(keys) or []) if ids else []  # one multi-get
+        newest = self._db.iter()
+        rows = []
+        for job_id, stored, life in zip(ids, found[: len(ids)], found[len(ids) :], strict=True):
+            if stored is None:
+                continue  # deleted since the index was read
+            prefix = history_prefix(job_id)
+            newest.seek_for_prev(prefix + b"\xff")
+            last = None
+            if newest.valid() and bytes(newest.key()).startswith(prefix):
+                last = orjson.loads(bytes(newest.value()))
+            rows.append(
+                JobRow(
+                    self.job_reader.decode(bytes(stored)[8:]),
+                    None if life is None else Lifecycle.from_json(orjson.loads(life)),
+                    last,
+                )
+            )
+        return rows, None if following is None else encode_cursor(following)
 
     # executions --------------------------------------------------------------------------
 
