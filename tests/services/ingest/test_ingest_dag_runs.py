@@ -54,7 +54,10 @@ def test_a_dependent_shows_its_recent_runs(http: Http, ingest_settings: IngestSe
     results_seen(http, "join", 2)
     results_seen(http, "extract", 3)
     results_seen(http, "load-refs", 3)
-    runs = http.get("/api/jobs/join").json()["dag_runs"]
+    join = http.get("/api/jobs/join").json()
+    runs = join["dag_runs"]
+    assert join["dag_state"] == {"run_key": iso(K3), "status": "SUCCEEDED"}  # the newest run
+    assert join["status"] == "SCHEDULED"
     assert [(r["run_key_ms"], r["run_key"], r["status"]) for r in runs] == [
         (K3, iso(K3), "SUCCEEDED"),
         (K2, iso(K2), "UPSTREAM_FAILED"),
@@ -73,9 +76,12 @@ def test_a_dependent_shows_its_recent_runs(http: Http, ingest_settings: IngestSe
     # publish's runs come from its roots' ticks, before its own upstreams ran at all.
     publish_runs = http.get("/api/jobs/publish").json()["dag_runs"]
     assert [r["run_key_ms"] for r in publish_runs] == [K3, K2, K1]
+    publish = http.get("/api/jobs/publish").json()
+    assert publish["dag_state"] == {"run_key": iso(K3), "status": "WAITING"}
     assert brief(publish_runs[0]["awaited"]) == [(f"transform@{K3}", "WAITING"),
                                                  (f"validate@{K3}", "WAITING")]  # fmt: skip
-    assert http.get("/api/jobs/extract").json()["dag_runs"] == []
+    extract = http.get("/api/jobs/extract").json()
+    assert (extract["dag_runs"], extract["dag_state"]) == ([], None)
 
 
 def test_a_dag_run_lists_every_node_upstreams_first(
