@@ -22,6 +22,7 @@ import binascii
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 INDEX = b"x\0"
@@ -44,8 +45,10 @@ class RawIterator(Protocol):
     def next(self) -> None: ...
 
 
+@lru_cache(maxsize=65_536)
 def term(kind: str, value: str) -> bytes:
-    """The index term of ``kind`` (``STATUS``...) and its value."""
+    """The index term of ``kind`` (``STATUS``...) and its value (cached: tenants, handlers
+    and labels repeat across jobs, and every create computes its terms)."""
     raw = value.encode()
     return kind.encode() + _LEN.pack(len(raw)) + raw
 

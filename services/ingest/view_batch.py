@@ -109,6 +109,10 @@ class ViewBatch:
         return terms_of(old, shown)
 
     def _replace_terms(self, job_id: str, old: Sequence[bytes], new: Sequence[bytes]) -> None:
+        if not old:  # a new job: the common case of a bulk load
+            for added in new:
+                self._pending[index_key(added, job_id)] = b""
+            return
         for gone in set(old) - set(new):
             self._pending[index_key(gone, job_id)] = None
         for added in set(new) - set(old):
