@@ -143,19 +143,3 @@ def undecodable_dead_letter(
         "raw_value": value,
         "dead_at_ms": now_ms,
     }
-
-
-def replay_due_event(dead_execution: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
-    """The DueEvent that replays a dead execution: attempt 1 again, trigger REPLAY.
-
-    Same execution id (handlers deduplicate by it), a fresh attempt budget under the job's
-    retry policy, an empty history (the dead letter keeps the old one).
-    """
-    return {
-        **dead_execution,
-        "attempt": 1,
-        "trigger": "REPLAY",
-        "fire_at_ms": now_ms,
-        "emitted_at_ms": now_ms,
-        "history": [],
-    }

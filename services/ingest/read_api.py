@@ -4,7 +4,7 @@ Everything comes from the :class:`~services.ingest.view.StatusView` (RocksDB), n
 a topic scan; each page is bounded (see :mod:`services.ingest.job_index`). Bad parameters
 answer 422 naming them (``loc`` ``[query, <name>]`` or ``[path, <name>]``); unknown ids
 answer 404 naming the id. A replay is produced by the executor's dead-letter tool
-(``services.executor.dlq.replay``, one code path with ``kafkron dlq replay``) once the view
+(``streams.dlq.replay``, one code path with ``kafkron dlq replay``) once the view
 knows the dead letter, so an unknown id never costs a read of the ``dlq`` topic.
 """
 
@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import orjson
 from fastapi import FastAPI, Path, Query, Request, Response
 
-from services.executor.dlq import replay
 from services.ingest.client import KafkronClient
 from services.ingest.create_lane import unprocessable
 from services.ingest.exceptions import (
@@ -32,6 +31,7 @@ from services.ingest.settings import IngestSettings
 from services.ingest.validation import LABEL_KEY_PATTERN, TENANT_PATTERN
 from services.ingest.view import StatusView
 from streams.codec import Codec
+from streams.dlq import replay
 from streams.exceptions import KafkronError
 from streams.identity import HANDLER_NAME_PATTERN
 from streams.records import JobStatus

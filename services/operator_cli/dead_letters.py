@@ -1,5 +1,5 @@
 """``kafkron dlq list | replay``: the dead-letter topic, read and replayed over Kafka itself
-(``services/executor/dlq.py``), so they work while the API is down; the cluster comes from
+(``streams/dlq.py``), so they work while the API is down; the cluster comes from
 the flags, the environment or the local profile like every other command."""
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def dlq() -> None:
 @json_option
 def list_dead_letters(target: Target, as_json: bool, limit: int | None) -> int:
     """Print every dead letter, oldest first, partition by partition."""
-    from services.executor.dlq import DeadLetterRow, describe, read_dead_letters
     from streams.codec import Codec
+    from streams.dlq import DeadLetterRow, describe, read_dead_letters
 
     rows: list[DeadLetterRow] = []
     for row in read_dead_letters(target.kafka_settings(KafkaSettings()), Codec.from_directory()):
@@ -61,8 +61,8 @@ def list_dead_letters(target: Target, as_json: bool, limit: int | None) -> int:
 @json_option
 def replay_dead_execution(target: Target, as_json: bool, execution_id: str) -> int:
     """Run a dead execution again: attempt 1, trigger REPLAY, the same execution id."""
-    from services.executor.dlq import replay
     from streams.codec import Codec
+    from streams.dlq import replay
 
     kafka = target.kafka_settings(KafkaSettings())
     event = replay(kafka, Codec.from_directory(), execution_id)

@@ -27,9 +27,9 @@ from bench.dag_runs import (
     wait_until_dag_serving,
 )
 from bench.herd import CODEC, TimerProcess, produce_jobs
-from services.executor.dlq import replay
 from services.executor.settings import DEFAULT_HANDLER_SPECS
 from streams.codec import RecordKind
+from streams.dlq import replay
 from streams.identity import execution_id
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames

@@ -17,7 +17,6 @@ from services.executor.exceptions import HandlerNotFoundError
 from services.executor.lane_buffers import LaneBuffers
 from services.executor.outcomes import (
     attempt_outputs,
-    replay_due_event,
     started_result,
     undecodable_dead_letter,
 )
@@ -25,6 +24,7 @@ from services.executor.result_bytes import ResultEncoder
 from services.executor.runner import RunOutcome, RunStatus, failed_outcome
 from services.executor.settings import ExecutorSettings
 from streams.codec import Codec, RecordKind
+from streams.dlq import replay_due_event
 from streams.records import ExecutionStatus, Trigger
 from streams.topics import Priority
 from tests.services.executor.support import RecordingProducer

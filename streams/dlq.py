@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from services.executor.outcomes import replay_due_event
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError, KafkaDeliveryError, KafkronError
 from streams.settings import KafkaSettings
@@ -160,3 +159,19 @@ def describe(row: DeadLetterRow) -> str:
         )
     source = f"{record['source_topic']}[{record['source_partition']}]@{record['source_offset']}"
     return f"{where} {dead_at} {record['kind']} from {source}: {record['reason']}"
+
+
+def replay_due_event(dead_execution: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+    """The DueEvent that replays a dead execution: attempt 1 again, trigger REPLAY.
+
+    Same execution id (handlers deduplicate by it), a fresh attempt budget under the job's
+    retry policy, an empty history (the dead letter keeps the old one).
+    """
+    return {
+        **dead_execution,
+        "attempt": 1,
+        "trigger": "REPLAY",
+        "fire_at_ms": now_ms,
+        "emitted_at_ms": now_ms,
+        "history": [],
+    }
