@@ -70,6 +70,9 @@ def test_unknown_and_cancelled_upstreams_are_refused_naming_them(
     eventually(lambda: view_of(http).job("orphan") is not None)
     assert "'ghost' (upstream of 'orphan')" in refusal(create(http, dependent("orphan")))
     assert http.delete("/api/jobs/extract").status_code == 200
+    # The checks see a cancel once the status view has read it (a create right after the
+    # cancel may still find the job scheduled: README, "DAG jobs ... refused at creation").
+    eventually(lambda: (view_of(http).job("extract") or {}).get("status") == "CANCELLED")
     message = refusal(create(http, dependent("extract")))
     assert "cancelled" in message and "'extract'" in message
 
