@@ -11,10 +11,11 @@ them (the timer skips its runs, visibly).
 
 The three input topics are consumed side by side, so an upstream's result can reach its
 partition before the EDGE_ADDED of a dependent created just before (or while the processor
-catches up). The upstream's partition therefore keeps the latest final end of its
-executions (store ``ends``); a new edge sends it on to the dependent when its run key is
-not earlier than the dependent's creation, so a dependent takes part in every run that
-started after it was created, in whatever order the records arrive.
+catches up after a crash, several runs' results at once). The upstream's partition therefore
+keeps the final ends of its executions of recent runs (store ``ends``, runs within
+``ends_retention_ms``); a new edge sends on those whose run key is not earlier than the
+dependent's creation, so a dependent takes part in every run that started after it was
+created, in whatever order the records arrive.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def apply_job(
 ) -> None:
     """Apply one record of ``jobs`` (``job`` decoded from ``value``, None for a tombstone)."""
     key = job_id.encode()
-    if job is None:
-        scope.ends.delete(key)  # a deleted job's latest end serves no new edge
+    if job is None:  # a deleted job's ends serve no new edge
+        start, end = keys.ends_range(job_id)
+        scope.ends.delete_many([k for k, _ in scope.ends.iter_range(start, end, _PAGE)])
     stored = scope.nodes.get(key)
     before = _decode(scope, stored)
     if job is not None and before is not None and job["version"] <= before["version"]:
@@ -69,19 +71,23 @@ def apply_edge(scope: DagScope, signal: dict[str, Any]) -> None:
         scope.edges.delete(key)
         return
     scope.edges.set(key, b"")
-    last = scope.ends.get(upstream.encode())
-    if last is not None:
-        run_key_ms, status = keys.unpack_end(last)
+    start, end = keys.ends_range(upstream)
+    for end_key, status in scope.ends.iter_range(start, end, _PAGE):
+        run_key_ms = keys.split_run_key(end_key)[1]
         if run_key_ms >= signal["dependent_created_at_ms"]:
-            signal_end(scope, upstream, dependent, run_key_ms, status)
+            signal_end(scope, upstream, dependent, run_key_ms, status.decode())
 
 
 def note_end(scope: DagScope, upstream: str, run_key_ms: int, status: str) -> None:
-    """Keep ``upstream``'s latest final end (by run key) for dependents added later."""
-    key = upstream.encode()
-    last = scope.ends.get(key)
-    if last is None or keys.unpack_end(last)[0] <= run_key_ms:
-        scope.ends.set(key, keys.pack_end(run_key_ms, status))
+    """Keep ``upstream``'s final end of this run for dependents added later (a success is
+    never overwritten), and forget its ends of runs older than ``ends_retention_ms``."""
+    key = keys.end_key(upstream, run_key_ms)
+    if scope.ends.get(key) != b"SUCCEEDED":
+        scope.ends.set(key, status.encode())
+    start, old = keys.ends_range(upstream, scope.now_ms - scope.env.ends_retention_ms)
+    stale = [k for k, _ in scope.ends.iter_range(start, old, _PAGE)]
+    if stale:
+        scope.ends.delete_many(stale)
 
 
 def signal_end(

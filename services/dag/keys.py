@@ -5,8 +5,8 @@
   below ``0xff`` (which UTF-8 never contains).
 - ``nodes`` (in the dependent's partition): the dependent's id -> its Job record's bytes.
 - ``runs`` (in the dependent's partition): ``len(dependent) | dependent | run_key_ms`` -> DagRun.
-- ``ends`` (in the upstream's partition): the upstream's id -> :func:`pack_end` of the latest
-  final end of its executions (run key, status).
+- ``ends`` (in the upstream's partition): ``len(upstream) | upstream | run_key_ms`` -> the
+  final status of the upstream's execution of that run (recent runs only).
 - ``deadlines`` (in the dependent's partition): ``due_ms | run key`` -> a :data:`MISS` or
   :data:`FORGET` mark: a wheel, read in time order.
 """
@@ -56,14 +56,15 @@ def split_run_key(key: bytes) -> tuple[str, int]:
     return key[2 : 2 + length].decode(), _LONG.unpack_from(key, 2 + length)[0]
 
 
-def pack_end(run_key_ms: int, status: str) -> bytes:
-    """An ``ends`` value: the run key and the final status of an upstream's execution."""
-    return _LONG.pack(run_key_ms) + status.encode()
+def end_key(upstream: str, run_key_ms: int) -> bytes:
+    """The ``ends`` key of ``upstream``'s execution of one run (the same layout as ``runs``)."""
+    return run_key(upstream, run_key_ms)
 
 
-def unpack_end(value: bytes) -> tuple[int, str]:
-    """The (run_key_ms, status) of an ``ends`` value."""
-    return _LONG.unpack_from(value)[0], value[_LONG.size :].decode()
+def ends_range(upstream: str, before_ms: int | None = None) -> tuple[bytes, bytes]:
+    """The ``ends`` key range of ``upstream`` (runs before ``before_ms`` only, if given)."""
+    prefix = _prefix(upstream)
+    return prefix, prefix + (_AFTER_UTF8 if before_ms is None else _LONG.pack(max(before_ms, 0)))
 
 
 def deadline_key(due_ms: int, run: bytes) -> bytes:

@@ -6,7 +6,7 @@ these, so it runs on the processor runtime's RocksDB transactions.
 
 Stores per partition: ``nodes`` and ``runs`` and ``deadlines`` hold dependents' state (in
 the dependent's partition), ``edges`` and ``ends`` upstreams' (in the upstream's partition):
-its dependents, and the latest final end of its executions (``keys.py``).
+its dependents, and the final ends of its executions of recent runs (``keys.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class DagEnv:
     dlq_topic: str
     run_retention_ms: int
     deadline_batch_size: int
+    ends_retention_ms: int = 15 * 60_000
     # Input records dead-lettered (undecodable, or breaking a bound), by source topic.
     dead_letters: Counter[str] = field(default_factory=Counter)
     # Verdicts given, by DagVerdict name (RUN, UPSTREAM_FAILED, MISSED).
@@ -66,6 +67,7 @@ class DagEnv:
             releases_topic=names.dag_releases,
             dlq_topic=names.dlq,
             run_retention_ms=settings.run_retention_ms,
+            ends_retention_ms=settings.ends_retention_ms,
             deadline_batch_size=settings.deadline_batch_size,
         )
 

@@ -31,6 +31,10 @@ class DagSettings(BaseSettings):
     # A run's state is kept this long after its deadline (run key + dag_wait_ms), so that a
     # replayed upstream that succeeds late still releases it; then it is deleted.
     run_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
+    # An upstream's execution ends are kept this long (by run key) for dependents whose edge
+    # reaches the upstream's partition after them: a dependent created just before a run,
+    # or a catch-up after a crash or an outage of up to this long.
+    ends_retention_ms: int = Field(default=15 * 60_000, ge=0)
     # How often each owned partition's deadlines are checked (a run's MISSED is this late).
     punctuate_interval_ms: int = Field(default=200, ge=1)
     # At most this many deadlines are settled per partition per punctuation.

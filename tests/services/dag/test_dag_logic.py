@@ -258,3 +258,20 @@ def test_a_deleted_jobs_latest_end_is_forgotten(dag: Dag) -> None:
     assert dag.stores[4].data
     dag.feed(dag.env.jobs_topic, b"extract", None)
     assert dag.stores[4].data == {}
+
+
+def test_every_recent_run_that_ended_before_the_edge_counts_and_old_ends_are_forgotten() -> None:
+    dag = Dag()
+    dag.job("extract", run_at_ms=K1)
+    dag.job("load-refs", run_at_ms=K1)
+    dag.now_ms = K1 - 1_000  # join is created before both runs; a catch-up applies the
+    for key in (K1, K2):  # roots' ends of two runs before join's edges
+        dag.ended("extract", key)
+        dag.ended("load-refs", key)
+    dag.job("join", depends_on=["extract", "load-refs"])
+    assert dag.verdicts() == [("join", K1, "RUN"), ("join", K2, "RUN")]
+    dag.now_ms = K2 + dag.env.ends_retention_ms + 1
+    dag.ended("extract", dag.now_ms)  # K1's and K2's ends are past the retention
+    assert [k for k in dag.stores[4].data if k.startswith(b"\x00\x07extract")] == [
+        b"\x00\x07extract" + dag.now_ms.to_bytes(8, "big")
+    ]
