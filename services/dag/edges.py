@@ -20,10 +20,12 @@ created, in whatever order the records arrive.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from services.dag import keys
 from services.dag.scope import DagScope
+from services.timer.scope import StoreTransaction
 from streams.codec import RecordKind
 from streams.identity import execution_id
 
@@ -37,8 +39,7 @@ def apply_job(
     """Apply one record of ``jobs`` (``job`` decoded from ``value``, None for a tombstone)."""
     key = job_id.encode()
     if job is None:  # a deleted job's ends serve no new edge
-        start, end = keys.ends_range(job_id)
-        scope.ends.delete_many([k for k, _ in scope.ends.iter_range(start, end, _PAGE)])
+        scope.ends.delete_many([k for k, _ in _scan(scope.ends, *keys.ends_range(job_id))])
     stored = scope.nodes.get(key)
     before = _decode(scope, stored)
     if job is not None and before is not None and job["version"] <= before["version"]:
@@ -64,15 +65,14 @@ def node_job(scope: DagScope, job_id: str) -> dict[str, Any] | None:
 
 def apply_edge(scope: DagScope, signal: dict[str, Any]) -> None:
     """Apply an EDGE_ADDED or EDGE_REMOVED signal in the upstream's partition; a new edge
-    gets the upstream's latest end if that run started after the dependent was created."""
+    gets the upstream's kept ends of runs that started after the dependent was created."""
     upstream, dependent = signal["upstream_job_id"], signal["dependent_job_id"]
     key = keys.edge_key(upstream, dependent)
     if signal["kind"] != "EDGE_ADDED":
         scope.edges.delete(key)
         return
     scope.edges.set(key, b"")
-    start, end = keys.ends_range(upstream)
-    for end_key, status in scope.ends.iter_range(start, end, _PAGE):
+    for end_key, status in _scan(scope.ends, *keys.ends_range(upstream)):
         run_key_ms = keys.split_run_key(end_key)[1]
         if run_key_ms >= signal["dependent_created_at_ms"]:
             signal_end(scope, upstream, dependent, run_key_ms, status.decode())
@@ -84,8 +84,8 @@ def note_end(scope: DagScope, upstream: str, run_key_ms: int, status: str) -> No
     key = keys.end_key(upstream, run_key_ms)
     if scope.ends.get(key) != b"SUCCEEDED":
         scope.ends.set(key, status.encode())
-    start, old = keys.ends_range(upstream, scope.now_ms - scope.env.ends_retention_ms)
-    stale = [k for k, _ in scope.ends.iter_range(start, old, _PAGE)]
+    before = scope.now_ms - scope.env.ends_retention_ms
+    stale = [k for k, _ in _scan(scope.ends, *keys.ends_range(upstream, before))]
     if stale:
         scope.ends.delete_many(stale)
 
@@ -94,47 +94,53 @@ def signal_end(
     scope: DagScope, upstream: str, dependent: str, run_key_ms: int, status: str
 ) -> None:
     """Send the final end of ``upstream``'s execution of a run to ``dependent``."""
-    record = {
-        "job_id": dependent,
-        "kind": "UPSTREAM_ENDED",
-        "upstream_job_id": upstream,
-        "dependent_job_id": dependent,
-        "run_key_ms": run_key_ms,
-        "upstream_execution_id": execution_id(upstream, run_key_ms),
-        "upstream_status": status,
-        "emitted_at_ms": scope.now_ms,
-    }
-    value = scope.env.codec.encode(RecordKind.DAG_SIGNAL, record)
-    scope.emit_keyed(scope.env.signals_topic, dependent.encode(), value)
-    scope.emitted += 1
+    _send(
+        scope,
+        dependent,
+        kind="UPSTREAM_ENDED",
+        upstream_job_id=upstream,
+        dependent_job_id=dependent,
+        run_key_ms=run_key_ms,
+        upstream_execution_id=execution_id(upstream, run_key_ms),
+        upstream_status=status,
+    )
 
 
 def dependents_of(scope: DagScope, upstream: str) -> list[str]:
     """Every job that depends on ``upstream`` (read in the upstream's partition)."""
-    start, end = keys.dependents_range(upstream)
-    found: list[str] = []
+    scanned = _scan(scope.edges, *keys.dependents_range(upstream))
+    return [keys.dependent_of_edge(key, upstream) for key, _ in scanned]
+
+
+def _scan(store: StoreTransaction, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) of ``store`` in [start, end), read a page at a time."""
     while True:
-        page = scope.edges.iter_range(start, end, _PAGE)
-        found += [keys.dependent_of_edge(key, upstream) for key, _ in page]
+        page = store.iter_range(start, end, _PAGE)
+        yield from page
         if len(page) < _PAGE:
-            return found
+            return
         start = page[-1][0] + b"\x00"
 
 
 def _signal_edge(
     scope: DagScope, kind: str, upstream: str, dependent: str, version: int, created_ms: int
 ) -> None:
-    record = {
-        "job_id": upstream,
-        "kind": kind,
-        "upstream_job_id": upstream,
-        "dependent_job_id": dependent,
-        "dependent_version": version,
-        "dependent_created_at_ms": created_ms,
-        "emitted_at_ms": scope.now_ms,
-    }
+    _send(
+        scope,
+        upstream,
+        kind=kind,
+        upstream_job_id=upstream,
+        dependent_job_id=dependent,
+        dependent_version=version,
+        dependent_created_at_ms=created_ms,
+    )
+
+
+def _send(scope: DagScope, to_job: str, **fields: Any) -> None:
+    """Produce a DagSignal keyed by ``to_job``: it is applied in that job's partition."""
+    record = {"job_id": to_job, **fields, "emitted_at_ms": scope.now_ms}
     value = scope.env.codec.encode(RecordKind.DAG_SIGNAL, record)
-    scope.emit_keyed(scope.env.signals_topic, upstream.encode(), value)
+    scope.emit_keyed(scope.env.signals_topic, to_job.encode(), value)
     scope.emitted += 1
 
 
