@@ -32,6 +32,9 @@ from streams.settings import KafkaSettings
 READY_TIMEOUT_S = 120.0
 """How long ``up`` waits for every service to serve before it says which do not."""
 
+STOP_GRACE_S = 20.0
+"""How long a service may take to stop after SIGTERM before it is killed."""
+
 
 @dataclass
 class ServiceProcess:
@@ -53,15 +56,40 @@ class ServiceProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self, grace_s: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM): it commits what it ran and leaves its groups."""
+        if self.alive():
+            assert self.process is not None
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_or_kill(self, deadline: float) -> str:
+        """Wait for it to exit until ``deadline`` (monotonic), SIGKILL it after; says how it
+        ended, for ``up``'s log."""
+        if self.process is None:
+            return "not started"
         try:
-            self.process.wait(timeout=grace_s)
+            self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+            return "killed: still running after its grace period"
+        return f"exited {self.process.returncode}"
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.terminate()
+        self.wait_or_kill(time.monotonic() + grace_s)
+
+
+def stop_services(services: list[ServiceProcess], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every service at once, then wait for all under one deadline (SIGKILL those
+    still running after ``grace_s``): stopping takes the slowest one's time, not the sum."""
+    started = time.monotonic()
+    for service in services:
+        service.terminate()
+    deadline = started + grace_s
+    for service in services:
+        how = service.wait_or_kill(deadline)
+        print(f"[kafkron] {service.name} {how} after {time.monotonic() - started:.1f} s")
 
 
 def local_services() -> list[ServiceProcess]:
@@ -132,8 +160,7 @@ def run_local_cluster(
     finally:
         if profile is not None:
             remove_own_profile(profile)
-        for service in reversed(services):
-            service.stop()
+        stop_services(services)
         broker.stop()
         print("[kafkron] stopped")
 

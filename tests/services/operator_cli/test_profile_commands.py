@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -83,18 +84,35 @@ def test_without_a_profile_the_error_names_the_default_and_the_fix(tmp_path: Pat
     assert "start a cluster with 'kafkron up'" in done.stderr, done.stderr
 
 
-def _wait_for_line(process: subprocess.Popen[str], needle: str, timeout_s: float) -> list[str]:
-    assert process.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if needle in line:
-            return lines
-    raise AssertionError(f"no {needle!r} within {timeout_s} s:\n{''.join(lines)}")
+class _Lines:
+    """Every line a child prints, read on a thread: a pipe nobody reads fills and blocks the
+    child (and the services it started, which share it) in its next print."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        self.lines: list[str] = []
+        self._stdout = process.stdout
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._stdout:
+            self.lines.append(line)
+
+    def wait_for(self, needle: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not any(needle in line for line in self.lines):
+            if time.monotonic() > deadline or not self._reader.is_alive():
+                raise AssertionError(f"no {needle!r} within {timeout_s} s:\n{self}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        """After the child and every process sharing its stdout exited (EOF)."""
+        self._reader.join(timeout=10)
+        self._stdout.close()
+
+    def __str__(self) -> str:
+        return "".join(self.lines)
 
 
 def test_dlq_list_finds_the_cluster_kafkron_up_started(tmp_path: Path) -> None:
@@ -114,12 +132,14 @@ def test_dlq_list_finds_the_cluster_kafkron_up_started(tmp_path: Path) -> None:
         "PYTHONUNBUFFERED": "1",  # its lines as they are printed
     }
     profile = tmp_path / ".config" / "kafkron" / "profile.json"
+    stderr = (tmp_path / "up.stderr").open("w")  # a file: it never blocks the writer
     up = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "up"], env=up_env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True,
     )  # fmt: skip
+    printed = _Lines(up)
     try:
-        _wait_for_line(up, f"[kafkron] profile {profile}", 180)
+        printed.wait_for(f"[kafkron] profile {profile}", 180)
         written = read_profile(profile)
         assert written is not None and written.namespace == "upprofile."
         assert written.bootstrap_servers == f"127.0.0.1:{up_env['KAFKRON_BROKER_PORT']}"
@@ -132,13 +152,16 @@ def test_dlq_list_finds_the_cluster_kafkron_up_started(tmp_path: Path) -> None:
         assert _json(kafkron(env, "show", job_id, "--json"))["status"] == "SCHEDULED"
     finally:
         up.send_signal(signal.SIGINT)
-        try:
+        try:  # its services stop side by side within 20 s, then its broker within 30 s
             up.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            up.kill()
+            os.killpg(up.pid, signal.SIGKILL)  # its services and broker too
             up.wait()
-            raise
+            tail = (tmp_path / "up.stderr").read_text()[-4000:]
+            raise AssertionError(
+                f"kafkron up still running 120 s after SIGINT:\n{printed}\n{tail}"
+            ) from None
         finally:
-            assert up.stdout is not None
-            up.stdout.close()
+            printed.close()
+            stderr.close()
     assert not profile.exists(), "kafkron up removes the profile it wrote"
