@@ -76,12 +76,14 @@ def index_key(term_bytes: bytes, job_id: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """What ``GET /api/jobs`` filters by; a job matches all that are set."""
+    """What ``GET /api/jobs`` filters by; a job matches all that are set (``id_prefix``:
+    its id starts with it, a range of the job id order every page is in)."""
 
     status: str | None = None
     tenant: str | None = None
     handler: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    id_prefix: str = ""
 
     def terms(self) -> list[bytes]:
         given = ((STATUS, self.status), (TENANT, self.tenant), (HANDLER, self.handler))
@@ -113,15 +115,18 @@ def page_of_ids(
     start: bytes,
     limit: int,
     budget: int = PAGE_BUDGET,
+    id_prefix: bytes = b"",
 ) -> tuple[list[str], bytes | None]:
     """Up to ``limit`` job ids at or after ``start`` present under every prefix (keys
-    ``<prefix><job_id>``), in order, and the position of the next page (None at the end).
+    ``<prefix><job_id>``) and starting with ``id_prefix``, in order, and the position of
+    the next page (None at the end).
 
-    ``iterator_of()`` opens a fresh RocksDB iterator.
+    ``iterator_of()`` opens a fresh RocksDB iterator. The ids with ``id_prefix`` are one
+    range of the order: the scan starts at it and ends where it does.
     """
     scans = [(prefix, iterator_of()) for prefix in prefixes]
     found: list[str] = []
-    candidate = start
+    candidate = max(start, id_prefix)
     steps = 0
     while steps < budget:
         agreed = 0
@@ -134,6 +139,8 @@ def page_of_ids(
             if not key.startswith(prefix):
                 return found, None
             position = key[len(prefix) :]
+            if not position.startswith(id_prefix):
+                return found, None  # past the range: every later id is too
             if position != candidate:
                 candidate = position
                 break

@@ -28,7 +28,7 @@ from services.ingest.exceptions import (
 from services.ingest.job_index import InvalidCursorError, JobFilter
 from services.ingest.presenters import execution_body, iso, job_summary
 from services.ingest.settings import IngestSettings
-from services.ingest.validation import LABEL_KEY_PATTERN, TENANT_PATTERN
+from services.ingest.validation import JOB_ID_PATTERN, LABEL_KEY_PATTERN, TENANT_PATTERN
 from services.ingest.view import StatusView
 from streams.codec import Codec
 from streams.dlq import replay
@@ -104,15 +104,17 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
         tenant: Annotated[str | None, Query(pattern=TENANT_PATTERN)] = None,
         handler: Annotated[str | None, Query(pattern=HANDLER_NAME_PATTERN, max_length=200)] = None,
         label: Annotated[list[str] | None, Query(max_length=16)] = None,
+        id_prefix: Annotated[str | None, Query(pattern=JOB_ID_PATTERN)] = None,
         cursor: Annotated[str | None, Query(max_length=600)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     ) -> dict[str, Any] | Response:
-        """Jobs in job id order, filtered (all given filters apply; ``label`` may repeat),
-        cursor-paginated; stable under concurrent writes."""
+        """Jobs in job id order, filtered (all given filters apply; ``label`` may repeat;
+        ``id_prefix``: ids starting with it), cursor-paginated; stable under concurrent
+        writes."""
         labels = _labels(label or [])
         if isinstance(labels, str):
             return invalid("query", "label", labels, label)
-        where = JobFilter(status and status.value, tenant, handler, labels)
+        where = JobFilter(status and status.value, tenant, handler, labels, id_prefix or "")
         try:
             rows, next_cursor = view_of(request).jobs(where, cursor, limit)
         except InvalidCursorError as exc:

@@ -191,7 +191,8 @@ class ViewStore:
         start = b"" if cursor is None else decode_cursor(cursor)
         terms = where.terms()
         prefixes = [INDEX + t for t in terms] if terms else [JOB]
-        ids, following = page_of_ids(self._db.iter, prefixes, start, limit)
+        id_prefix = where.id_prefix.encode()
+        ids, following = page_of_ids(self._db.iter, prefixes, start, limit, id_prefix=id_prefix)
         keys: list[Any] = [JOB + i.encode() for i in ids] + [LIFE + i.encode() for i in ids]
         found: list[Any] = (self._db.get(keys) or []) if ids else []  # one multi-get
         newest = self._db.iter()

@@ -39,6 +39,7 @@ FILTERS = st.builds(
     labels=st.lists(
         st.tuples(st.sampled_from(["team", "env"]), st.sampled_from(["a", "b"])), max_size=2
     ).map(tuple),
+    id_prefix=st.sampled_from(["", "a", "ab", "b.", "c-9", "zz"]),
 )
 
 
@@ -50,6 +51,10 @@ def matches(fields: tuple[str, str, dict[str, str]], where: JobFilter) -> bool:
         and where.handler in (None, "x.y")
         and all(labels.get(k) == v for k, v in where.labels)
     )
+
+
+def has_prefix(job_id: str, where: JobFilter) -> bool:
+    return job_id.startswith(where.id_prefix)
 
 
 @settings(max_examples=150, deadline=None)
@@ -70,13 +75,17 @@ def test_pages_list_every_match_once_in_order(
             listed: list[str] = []
             position = b""
             for _ in range(1000):
-                ids, following = page_of_ids(db.iter, prefixes, position, limit, budget)
+                ids, following = page_of_ids(
+                    db.iter, prefixes, position, limit, budget, where.id_prefix.encode()
+                )
                 assert len(ids) <= limit
                 listed += ids
                 if following is None:
                     break
                 position = decode_cursor(encode_cursor(following))
-            expected = sorted(j for j, fields in jobs.items() if matches(fields, where))
+            expected = sorted(
+                j for j, fields in jobs.items() if matches(fields, where) and has_prefix(j, where)
+            )
             assert listed == expected
         finally:
             db.close()
