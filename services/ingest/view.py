@@ -33,6 +33,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from services.ingest.end_offsets import end_offsets
 from services.ingest.job_index import JobFilter
 from services.ingest.lifecycle import Lifecycle
+from services.ingest.recent_outcomes import RecentOutcomes
 from services.ingest.settings import IngestSettings
 from services.ingest.view_batch import ViewBatch
 from services.ingest.view_store import JobRow, ViewStore
@@ -92,6 +93,7 @@ class StatusView:
         self._startup_targets: dict[TopicPartitionKey, int] = {}
         self._advance_listeners: list[Callable[[], None]] = []
         self.last_error: str | None = None
+        self.recent_outcomes = RecentOutcomes()  # live throughput and lateness (dashboard)
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -370,7 +372,7 @@ class StatusView:
         delay_s = 0.1
         while not self._stop.is_set():
             try:
-                positions = self._apply(messages)
+                positions, results = self._apply(messages)
             except Exception as exc:  # a RocksDB failure: keep the batch, retry it
                 self.last_error = f"status view store write failed: {exc}"
                 log.exception("status view could not write a batch; retrying in %.1fs", delay_s)
@@ -387,9 +389,13 @@ class StatusView:
                 self._advanced.notify_all()
             for listener in self._advance_listeners:
                 listener()
+            if results:
+                self.recent_outcomes.add_results(results, time.time_ns() // 1_000_000)
             return
 
-    def _apply(self, messages: list[Message]) -> dict[TopicPartitionKey, int]:
+    def _apply(
+        self, messages: list[Message]
+    ) -> tuple[dict[TopicPartitionKey, int], list[dict[str, Any]]]:
         batch = self.store.begin()
         positions: dict[TopicPartitionKey, int] = {}
         for message in messages:
@@ -408,7 +414,7 @@ class StatusView:
             batch.consumed(topic, partition, offset)
             positions[(topic, partition)] = max(positions.get((topic, partition), 0), offset + 1)
         batch.commit()
-        return positions
+        return positions, batch.results
 
     def _apply_one(
         self, batch: ViewBatch, message: Message, topic: str, partition: int, offset: int

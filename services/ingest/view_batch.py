@@ -54,6 +54,8 @@ class ViewBatch:
         # Executions this batch added, by job: the bound drops the oldest kept one,
         # which may not be stored yet.
         self._added: dict[str, list[bytes]] = {}
+        # The decoded results of this batch, for the view's live throughput and lateness.
+        self.results: list[dict[str, Any]] = []
 
     def _get(self, key: bytes) -> bytes | None:
         if key in self._pending:
@@ -161,6 +163,7 @@ class ViewBatch:
             self._pending[key] = orjson.dumps(merged)
             self._follow_outcome(job_id, tick, merged["status"])
         self._track_running(job_id.encode(), result)
+        self.results.append(result)
 
     def _room_for(self, job_id: str, key: bytes) -> bool:
         """Count a new execution of the job, dropping its oldest one over the bound; False
