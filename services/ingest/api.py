@@ -23,11 +23,13 @@ from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from services.ingest.api_docs import install_api_docs
 from services.ingest.async_creates import AsyncCreates
 from services.ingest.backfill import BackfillPlan, parse_backfill
 from services.ingest.client import CommandReceipt, KafkronClient
 from services.ingest.create_lane import CreateLane, unprocessable
 from services.ingest.dag_runs import ViewReads, dag_run_body, recent_runs, run_nodes
+from services.ingest.dashboard import install_dashboard
 from services.ingest.exceptions import (
     ExecutionNotFoundError,
     JobConflictError,
@@ -128,7 +130,8 @@ def create_app(settings: IngestSettings) -> FastAPI:
             finally:
                 view.close()
 
-    app = FastAPI(title="kafkron", version="1", lifespan=lifespan)
+    # /docs and /redoc serve their files themselves (api_docs), never from a CDN.
+    app = FastAPI(title="kafkron", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(CreateLane, settings=settings)
     app.openapi = document_creates(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
@@ -140,6 +143,8 @@ def create_app(settings: IngestSettings) -> FastAPI:
 
     catch_up_s = settings.view_catch_up_timeout_s
     install_reads(app, settings, codec)
+    install_dashboard(app, settings)
+    install_api_docs(app)
 
     @app.get("/api/jobs/{job_id}", response_model=None)
     def get_job(job_id: str, request: Request) -> Response:
