@@ -11,18 +11,26 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from services import commands
-from services.operator_cli import backfill, cluster, dead_letters, job_actions, job_views
+from services.operator_cli import (
+    backfill,
+    cluster,
+    dead_letters,
+    job_actions,
+    job_views,
+    token_commands,
+)
 from streams.exceptions import KafkronError
 
 HELP = """kafkron: a distributed job scheduler on Apache Kafka.
 
 Jobs: submit, list, show, history, cancel, pause, resume, trigger, backfill (over the REST
 API); dlq list|replay (over Kafka). Local cluster: up, broker, topics. Services: timer, dag,
-executor, api.
+executor, api. API tokens: token add|list|revoke.
 
 Every command finds the cluster that 'kafkron up' started through the profile it writes,
 unless its flags (--api, --bootstrap, --namespace) or the environment (KAFKRON_API_URL,
-KAFKRON_BOOTSTRAP_SERVERS, KAFKRON_NAMESPACE, KAFKRON_PROFILE) say otherwise.
+KAFKRON_BOOTSTRAP_SERVERS, KAFKRON_NAMESPACE, KAFKRON_PROFILE) say otherwise. An API with
+tokens wants one: --token or KAFKRON_TOKEN (or the profile's).
 
 Exit codes: 0 done, 1 refused (the reason on stderr; with --json also {"error", "status_code"}
 on stdout), 2 usage (an unknown command, option or value).
@@ -55,6 +63,7 @@ for _command in (
     dead_letters.dlq,
     backfill.backfill,
     *cluster.COMMANDS,
+    *token_commands.COMMANDS,
 ):
     root.add_command(_command)
 for _register in commands.REGISTRARS:

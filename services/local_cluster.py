@@ -139,7 +139,7 @@ def run_local_cluster(
         if not waiting:
             print("[kafkron] ready:", ", ".join(["broker", "topics", *[s.name for s in services]]))
             if profile is not None:
-                _write_profile(profile, kafka)
+                _write_profile(profile, kafka, env.get("KAFKRON_TOKEN") or None)
             if demo:
                 from services import commands
 
@@ -165,8 +165,9 @@ def run_local_cluster(
         print("[kafkron] stopped")
 
 
-def _write_profile(path: Path, kafka: KafkaSettings) -> None:
-    """Write the profile, unless another running ``kafkron up`` owns it (never clobbered)."""
+def _write_profile(path: Path, kafka: KafkaSettings, token: str | None) -> None:
+    """Write the profile (with ``KAFKRON_TOKEN``, when set, for the API's tokens), unless
+    another running ``kafkron up`` owns it (never clobbered)."""
     owner = live_owner(path)
     if owner is not None:
         print(
@@ -174,11 +175,11 @@ def _write_profile(path: Path, kafka: KafkaSettings) -> None:
             "left as it is: give this cluster its own with --profile or KAFKRON_PROFILE"
         )
         return
-    write_profile(path, _profile_of(kafka))
+    write_profile(path, _profile_of(kafka, token))
     print(f"[kafkron] profile {path}: other kafkron commands find this cluster by it")
 
 
-def _profile_of(kafka: KafkaSettings) -> Profile:
+def _profile_of(kafka: KafkaSettings, token: str | None = None) -> Profile:
     """Where this cluster's API and Kafka are (the API's address as its probe reaches it)."""
     from services import commands
 
@@ -186,6 +187,7 @@ def _profile_of(kafka: KafkaSettings) -> Profile:
         api_url=commands.local_api_url(kafka),
         bootstrap_servers=kafka.bootstrap_servers,
         namespace=kafka.namespace,
+        token=token,
     )
 
 

@@ -24,3 +24,6 @@ def split_execution_id(value: str) -> tuple[str, int]:
 HANDLER_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$"
 """Valid handler names, e.g. ``reports.nightly``: the API and the executor both check it."""
 HANDLER_NAME_MAX_LENGTH = 200
+
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""Valid tenant names: the API checks a job's tenant and the tokens file its tenants by it."""

@@ -23,6 +23,7 @@ from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from services.ingest.access import BearerAuth, Caller, CallerOf, tenant_reads
 from services.ingest.api_docs import install_api_docs
 from services.ingest.async_creates import AsyncCreates
 from services.ingest.backfill import BackfillPlan, parse_backfill
@@ -44,12 +45,14 @@ from services.ingest.read_api import (
     install_reads,
     json_answer,
     known_job,
+    owned_job,
     view_of,
 )
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import JOB_ID_PATTERN, MAX_EPOCH_MS
 from services.ingest.view import StatusView
 from services.ingest.view_store import InvalidCursorError
+from streams.api_tokens import TokenTable
 from streams.codec import Codec
 from streams.exceptions import KafkaDeliveryError
 
@@ -113,8 +116,12 @@ def _backfill_body(plan: BackfillPlan) -> dict[str, Any]:
 
 
 def create_app(settings: IngestSettings) -> FastAPI:
-    """The ingest API; its lifespan starts the status view and the producer and stops them."""
+    """The ingest API; its lifespan starts the status view and the producer and stops them.
+
+    With ``settings.tokens_file`` its routes need a bearer token (:mod:`.access`); a file
+    that cannot be read is a ``ConfigurationError`` here, before anything starts."""
     codec = Codec.from_directory()
+    tokens = None if settings.tokens_file is None else TokenTable(settings.tokens_file)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -133,13 +140,15 @@ def create_app(settings: IngestSettings) -> FastAPI:
     # /docs and /redoc serve their files themselves (api_docs), never from a CDN.
     app = FastAPI(title="kafkron", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(CreateLane, settings=settings)
+    app.add_middleware(BearerAuth, tokens=tokens, routes=lambda: app.routes)  # outermost
+    app.state.tokens = tokens
     app.openapi = document_creates(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
 
-    def reads_of(request: Request) -> ViewReads:
+    def reads_of(request: Request, caller: Caller) -> ViewReads:
         view = view_of(request)
         limit = min(settings.recent_executions_per_job, settings.executions_kept_per_job)
-        return ViewReads(view.job, view.executions, view.dependents, limit)
+        return tenant_reads(ViewReads(view.job, view.executions, view.dependents, limit), caller)
 
     catch_up_s = settings.view_catch_up_timeout_s
     install_reads(app, settings, codec)
@@ -147,16 +156,16 @@ def create_app(settings: IngestSettings) -> FastAPI:
     install_api_docs(app)
 
     @app.get("/api/jobs/{job_id}", response_model=None)
-    def get_job(job_id: str, request: Request) -> Response:
+    def get_job(job_id: str, request: Request, caller: CallerOf) -> Response:
         """The job's definition, status (COMPLETED one-offs with their outcome), next run,
         recent executions with their attempts and (of a dependent) recent DAG runs and the
         newest one's state."""
         view = view_of(request)
-        job = known_job(request, job_id, catch_up_s)
+        job = known_job(request, job_id, catch_up_s, caller)
         now_ms = time.time_ns() // 1_000_000
         executions, running = view.executions(job_id), view.running(job_id)
         body = job_body(job, executions, running, now_ms, view.lifecycle(job_id))
-        runs = recent_runs(job, reads_of(request))
+        runs = recent_runs(job, reads_of(request, caller))
         body["dag_runs"] = runs
         body["dag_state"] = (
             {"run_key": runs[0]["run_key"], "status": runs[0]["status"]} if runs else None
@@ -166,11 +175,12 @@ def create_app(settings: IngestSettings) -> FastAPI:
     @app.get("/api/dag-runs/{root_job_id}/{run_key_ms}", response_model=None)
     def get_dag_run(
         request: Request,
+        caller: CallerOf,
         root_job_id: Annotated[str, Path(pattern=JOB_ID_PATTERN)],
         run_key_ms: Annotated[int, Path(ge=0, le=MAX_EPOCH_MS)],
     ) -> dict[str, Any] | Response:
         """Every job of one DAG run: the root, its transitive dependents, their statuses."""
-        root = known_job(request, root_job_id, catch_up_s)
+        root = known_job(request, root_job_id, catch_up_s, caller)
         if root["depends_on"]:
             message = (
                 f"job {root_job_id} is not a root: it depends on "
@@ -178,27 +188,31 @@ def create_app(settings: IngestSettings) -> FastAPI:
                 "depends_on (one of its transitive upstreams)"
             )
             return _invalid("path", ["root_job_id"], message, "value_error", root_job_id)
-        nodes, truncated = run_nodes(root_job_id, run_key_ms, reads_of(request))
+        nodes, truncated = run_nodes(root_job_id, run_key_ms, reads_of(request, caller))
         return dag_run_body(root_job_id, run_key_ms, nodes, truncated)
 
     @app.delete("/api/jobs/{job_id}")
-    def cancel_job(job_id: str, request: Request) -> dict[str, Any]:
+    def cancel_job(job_id: str, request: Request, caller: CallerOf) -> dict[str, Any]:
         """Cancel (compare-and-set to CANCELLED); 409 while an execution is RUNNING."""
+        owned_job(request, job_id, catch_up_s, caller)
         return _command_body(client_of(request).cancel(job_id))
 
     @app.post("/api/jobs/{job_id}/trigger")
-    def trigger_job(job_id: str, request: Request) -> dict[str, Any]:
+    def trigger_job(job_id: str, request: Request, caller: CallerOf) -> dict[str, Any]:
         """Fire the job once now, besides its schedule."""
+        owned_job(request, job_id, catch_up_s, caller)
         return _command_body(client_of(request).trigger_now(job_id))
 
     @app.post("/api/jobs/{job_id}/pause")
-    def pause_job(job_id: str, request: Request) -> dict[str, Any]:
+    def pause_job(job_id: str, request: Request, caller: CallerOf) -> dict[str, Any]:
         """Stop firing the job until it is resumed."""
+        owned_job(request, job_id, catch_up_s, caller)
         return _command_body(client_of(request).pause(job_id))
 
     @app.post("/api/jobs/{job_id}/resume")
-    def resume_job(job_id: str, request: Request) -> dict[str, Any]:
+    def resume_job(job_id: str, request: Request, caller: CallerOf) -> dict[str, Any]:
         """Fire a paused job again from its next tick."""
+        owned_job(request, job_id, catch_up_s, caller)
         return _command_body(client_of(request).resume(job_id))
 
     @app.post(
@@ -206,7 +220,9 @@ def create_app(settings: IngestSettings) -> FastAPI:
         response_model=None,
         openapi_extra={"requestBody": BACKFILL_BODY},
     )
-    async def backfill_job(job_id: str, request: Request) -> dict[str, Any] | Response:
+    async def backfill_job(
+        job_id: str, request: Request, caller: CallerOf
+    ) -> dict[str, Any] | Response:
         """Run a recurring job's ticks in [from, to] now (trigger BACKFILL, at most ``rate``
         a second); a dry run lists them and writes nothing."""
         try:
@@ -217,6 +233,8 @@ def create_app(settings: IngestSettings) -> FastAPI:
             return _invalid("body", [], "give a JSON object", "dict_type", body)
         try:
             backfill = parse_backfill(body)
+            # Where a missing job answers 404 (after the body's checks): another tenant's too.
+            await run_in_threadpool(owned_job, request, job_id, catch_up_s, caller)
             # Counting the window's ticks is CPU work: off the event loop.
             plan = await run_in_threadpool(client_of(request).backfill, job_id, backfill)
         except JobRequestError as exc:
@@ -228,12 +246,13 @@ def create_app(settings: IngestSettings) -> FastAPI:
     @app.get("/api/dead-letter", response_model=None)
     def dead_letters(
         request: Request,
+        caller: CallerOf,
         cursor: Annotated[str | None, Query(max_length=64)] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 20,
     ) -> dict[str, Any] | Response:
         """Dead-lettered executions and records, newest first, cursor-paginated."""
         try:
-            items, next_cursor = view_of(request).dead_letters(cursor, limit)
+            items, next_cursor = view_of(request).dead_letters(cursor, limit, caller.tenant)
         except InvalidCursorError as exc:
             return _invalid("query", ["cursor"], str(exc), "value_error", cursor)
         return {"items": [dead_letter_body(i) for i in items], "next_cursor": next_cursor}

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from services.ingest.access import Caller, bind_tenant, scope_caller
 from services.ingest.async_creates import AsyncCreates
 from services.ingest.batch import (
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -166,11 +167,16 @@ class CreateLane:
             return None
         if isinstance(raw, int):
             return 413, {"detail": f"request body of {raw} bytes is over {limit}"}, None
+        caller = scope_caller(scope)
+        if caller is None:  # refuse rather than create with nobody's tenant
+            raise RuntimeError("creates need BearerAuth in front of the create lane")
         if path == CREATE_PATH:
-            return await self._create(scope, raw, creates)
-        return await self._batch(raw, creates)
+            return await self._create(scope, raw, creates, caller)
+        return await self._batch(raw, creates, caller)
 
-    async def _create(self, scope: Scope, raw: bytes, creates: AsyncCreates) -> Answer:
+    async def _create(
+        self, scope: Scope, raw: bytes, creates: AsyncCreates, caller: Caller
+    ) -> Answer:
         key = _header(scope, b"idempotency-key")
         if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
             message = f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters"
@@ -183,12 +189,12 @@ class CreateLane:
         except ValueError as exc:
             return _json_invalid(exc)
         try:
-            receipt = await creates.create(body, key)
+            receipt = await creates.create(bind_tenant(body, caller), key)
         except KafkronError as exc:
             return error_answer(exc)
         return (201 if receipt.created else 200), receipt_body(receipt), None
 
-    async def _batch(self, raw: bytes, creates: AsyncCreates) -> Answer:
+    async def _batch(self, raw: bytes, creates: AsyncCreates, caller: Caller) -> Answer:
         try:
             body = decode_json(raw, _MAX_BATCH_DEPTH)
             valid, envelope_errors = parse_batch(body, self._max_batch_items)
@@ -202,6 +208,8 @@ class CreateLane:
             return 422, unprocessable(exc.errors, "body"), None
         except ValueError as exc:
             return _json_invalid(exc)
+        if caller.tenant is not None:
+            valid = _bound_to_tenant(valid, envelope_errors, caller)
         outcomes = await creates.create_many([(job, key) for _, job, key in valid])
         answers: list[Any] = [None] * (len(valid) + len(envelope_errors))
         for index, errors in envelope_errors.items():
@@ -211,6 +219,24 @@ class CreateLane:
             answers[index] = outcome_answer(index, outcome)
         failed = sum(1 for answer in answers if answer["status_code"] >= 400)
         return 200, {"items": answers, "failed": failed}, None
+
+
+def _bound_to_tenant(
+    valid: list[tuple[int, Any, str | None]],
+    envelope_errors: dict[int, list[dict[str, Any]]],
+    caller: Caller,
+) -> list[tuple[int, Any, str | None]]:
+    """The batch's items with the caller's tenant; those naming another get their 422 in
+    ``envelope_errors`` (at ``["items", index, "job", "tenant"]``)."""
+    bound = []
+    for index, job, key in valid:
+        try:
+            bound.append((index, bind_tenant(job, caller), key))
+        except JobRequestError as exc:
+            envelope_errors[index] = [
+                {**e, "loc": ["items", index, "job", *e["loc"]]} for e in exc.errors
+            ]
+    return bound
 
 
 def is_create(scope: Scope) -> bool:

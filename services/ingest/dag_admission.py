@@ -13,6 +13,8 @@ or :func:`refusals_async`, with the same rules (:mod:`services.ingest.dag_checks
 * An upstream nobody knows may be brand new: the view catches up with the ``jobs``
   partitions of every id missed (one wait for the whole batch), then the batch is checked
   again, and only then refused.
+* Edges stay inside a tenant: a job of another tenant than the dependent's counts as one
+  that does not exist (the same refusal, so a tenant learns nothing of another's jobs).
 
 Only items with ``depends_on`` cost anything: a batch without one is not looked at.
 """
@@ -48,13 +50,18 @@ def _check(
     refused: dict[int, JobRequestError] = {}
     missing: dict[int, list[str]] = {}
 
+    tenant: Any = None
+
     def node(job_id: str) -> DagNode | None:
         value = earlier.get(job_id)
         record = decode(value) if value is not None else lookup(job_id)
-        return None if record is None else node_of(record)
+        if record is None or record.get("tenant") != tenant:
+            return None
+        return node_of(record)
 
     for item in items:
         if item.depends_on:
+            tenant = decode(item.value).get("tenant")
             errors, unknown = check_upstreams(item.job_id, item.depends_on, node)
             if unknown:
                 missing[item.index] = unknown

@@ -29,6 +29,7 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from services.ingest.access import Caller, CallerOf, require_admin
 from services.ingest.exceptions import JobNotFoundError, ViewNotReadyError
 from services.ingest.group_lag import GroupLag
 from services.ingest.next_fires import next_fires_ms
@@ -62,14 +63,15 @@ class _Pages(StaticFiles):
         await super().__call__(scope, receive, send_with_policy)
 
 
-def _job_of(request: Request, job_id: str, timeout_s: float) -> dict[str, Any]:
-    """The job as the view knows it, once it read what this API process wrote of it."""
+def _job_of(request: Request, job_id: str, timeout_s: float, caller: Caller) -> dict[str, Any]:
+    """The job as the view knows it, once it read what this API process wrote of it (another
+    tenant's: unknown to ``caller``)."""
     view = view_of(request)
     written = client_of(request).written_through(job_id)
     if written and not view.wait_for_offsets(written, timeout_s):
         raise ViewNotReadyError(f"the status view has not yet read job {job_id}'s last write")
     job = view.job(job_id)
-    if job is None:
+    if job is None or not caller.sees_job(job):
         raise JobNotFoundError(job_id)
     return job
 
@@ -85,19 +87,24 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
     @app.get("/api/dashboard/live", response_model=None)
     def live(
         request: Request,
+        caller: CallerOf,
         seconds: Annotated[int, Query(ge=1, le=DEFAULT_WINDOW_S)] = DEFAULT_WINDOW_S,
     ) -> Response:
         """Outcomes per second (succeeded, failed, dead_letter, other) and start lateness
         (p50, p99, max, in ms) of each of the last ``seconds`` seconds, oldest first, as
-        columns, and over all of them (``window``); from the results the status view read."""
+        columns, and over all of them (``window``); from the results the status view read.
+        Every tenant's: an admin token's."""
+        require_admin(caller, "the cluster's live outcomes")
         now_ms = time.time_ns() // 1_000_000
         body = view_of(request).recent_outcomes.series(now_ms, seconds)
         return json_answer({"now_ms": now_ms, **body})
 
     @app.get("/api/dashboard/partitions", response_model=None)
-    async def partitions(group: GroupName | None = None) -> Response:
+    async def partitions(caller: CallerOf, group: GroupName | None = None) -> Response:
         """The service groups (or ``group``): state, members, and per partition its owner
-        (a member's client id), committed offset, end (high watermark) and lag."""
+        (a member's client id), committed offset, end (high watermark) and lag (an admin
+        token's)."""
+        require_admin(caller, "the service groups' partitions")
         found = await run_in_threadpool(groups.groups)
         chosen = [g for g in found if group is None or g["name"] == group]
         return json_answer({"namespace": settings.kafka.namespace, "groups": chosen})
@@ -105,13 +112,14 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
     @app.get("/api/dashboard/jobs/{job_id}/next-fires", response_model=None)
     def next_fires(
         request: Request,
+        caller: CallerOf,
         job_id: Annotated[str, Path(pattern=JOB_ID_PATTERN)],
         count: Annotated[int, Query(ge=1, le=100)] = 5,
     ) -> Response:
         """The job's next ``count`` nominal fires (none while it is not SCHEDULED, and
         none of its own for a dependent)."""
         view = view_of(request)
-        job = _job_of(request, job_id, settings.view_catch_up_timeout_s)
+        job = _job_of(request, job_id, settings.view_catch_up_timeout_s, caller)
         now_ms = time.time_ns() // 1_000_000
         newest = view.executions(job_id)
         fires = next_fires_ms(job, newest, now_ms, count)

@@ -7,6 +7,10 @@ RocksDB next to ``view_path``, and its own read of ``jobs``, ``job-results`` and
 N times the view's memory, disk and consumer load, and read-your-writes holds per process
 (a GET that reaches another process than the create may answer 404 for a moment). Keyed
 creates stay exactly-once across processes: each reads the job's partition to its end first.
+
+Without a tokens file (``KAFKRON_INGEST_TOKENS_FILE``) the API refuses to listen on anything
+but loopback, and says at start that it is open to every local user
+(:mod:`services.ingest.access`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from types import FrameType
 
 import uvicorn
 
+from services.ingest.access import BearerAuth, bind_refusal
 from services.ingest.api import create_app
 from services.ingest.create_lane import serve_creates_first
 from services.ingest.settings import IngestSettings
@@ -33,6 +38,7 @@ log = logging.getLogger(__name__)
 
 def run(settings: IngestSettings) -> None:
     """Serve the REST API with uvicorn until interrupted (in ``api_processes`` processes)."""
+    check_access(settings)
     if settings.api_processes == 1:
         sys.setswitchinterval(settings.gil_switch_interval_s)
         uvicorn.Server(_config(settings)).run()
@@ -40,9 +46,27 @@ def run(settings: IngestSettings) -> None:
         _supervise(settings)
 
 
+def check_access(settings: IngestSettings) -> None:
+    """Refuse to listen beyond loopback without tokens; say how callers are checked."""
+    refusal = bind_refusal(settings.http_host, settings.tokens_file is not None)
+    if refusal is not None:
+        raise ConfigurationError(refusal)
+    if settings.tokens_file is None:
+        log.warning(
+            "no API tokens (KAFKRON_INGEST_TOKENS_FILE unset): every caller is the admin, so "
+            "the API listens on %s only; set a tokens file to serve other machines",
+            settings.http_host,
+        )
+    else:
+        log.info("API tokens from %s: each caller sees its tenant's jobs", settings.tokens_file)
+
+
 def _config(settings: IngestSettings) -> uvicorn.Config:
+    app = create_app(settings)
+    # Creates skip FastAPI's stack (serve_creates_first), so the token check goes in front.
+    front = BearerAuth(serve_creates_first(app, settings), app.state.tokens, lambda: app.routes)
     return uvicorn.Config(
-        serve_creates_first(create_app(settings), settings),
+        front,
         host=settings.http_host,
         port=settings.http_port,
         loop=settings.event_loop,

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import FastAPI, Path, Query, Request, Response
 
+from services.ingest.access import Caller, CallerOf
 from services.ingest.client import KafkronClient
 from services.ingest.create_lane import unprocessable
 from services.ingest.exceptions import (
@@ -57,17 +58,25 @@ def client_of(request: Request) -> KafkronClient:
     return client
 
 
-def known_job(request: Request, job_id: str, timeout_s: float) -> dict[str, Any]:
-    """The job as the view knows it, after it read this instance's writes of it."""
+def known_job(request: Request, job_id: str, timeout_s: float, caller: Caller) -> dict[str, Any]:
+    """The job as the view knows it, after it read this instance's writes of it; another
+    tenant's job is not known to ``caller`` (the same 404 as a missing one)."""
     view = view_of(request)
     # Read-your-writes for commands this instance wrote (no broker round trip).
     written = client_of(request).written_through(job_id)
     if written and not view.wait_for_offsets(written, timeout_s):
         raise ViewNotReadyError(f"the status view has not yet read job {job_id}'s last write")
     job = view.job(job_id)
-    if job is None:
+    if job is None or not caller.sees_job(job):
         raise JobNotFoundError(job_id)
     return job
+
+
+def owned_job(request: Request, job_id: str, timeout_s: float, caller: Caller) -> None:
+    """Before a command on ``job_id``: JobNotFoundError when it is another tenant's (the
+    command itself answers for a missing job, and the admin's is not looked up twice)."""
+    if caller.tenant is not None:
+        known_job(request, job_id, timeout_s, caller)
 
 
 def _labels(values: list[str]) -> tuple[tuple[str, str], ...] | str:
@@ -100,6 +109,7 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
     @app.get("/api/jobs", response_model=None)
     def list_jobs(
         request: Request,
+        caller: CallerOf,
         status: JobStatus | None = None,
         tenant: Annotated[str | None, Query(pattern=TENANT_PATTERN)] = None,
         handler: Annotated[str | None, Query(pattern=HANDLER_NAME_PATTERN, max_length=200)] = None,
@@ -114,6 +124,9 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
         labels = _labels(label or [])
         if isinstance(labels, str):
             return invalid("query", "label", labels, label)
+        if caller.tenant is not None and tenant not in (None, caller.tenant):
+            return json_answer({"items": [], "next_cursor": None})  # another tenant's: none
+        tenant = caller.tenant or tenant
         where = JobFilter(status and status.value, tenant, handler, labels, id_prefix or "")
         try:
             rows, next_cursor = view_of(request).jobs(where, cursor, limit)
@@ -127,11 +140,12 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
     def job_executions(
         job_id: str,
         request: Request,
+        caller: CallerOf,
         cursor: Annotated[str | None, Query(max_length=600)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
     ) -> dict[str, Any] | Response:
         """The job's kept executions, newest first, each with every attempt."""
-        known_job(request, job_id, settings.view_catch_up_timeout_s)
+        known_job(request, job_id, settings.view_catch_up_timeout_s, caller)
         try:
             found, next_cursor = view_of(request).execution_page(job_id, cursor, limit)
         except InvalidCursorError as exc:
@@ -142,20 +156,28 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
 
     @app.get("/api/executions/{execution_id}")
     def get_execution(
-        request: Request, execution_id: Annotated[str, Path(max_length=200)]
+        request: Request,
+        caller: CallerOf,
+        execution_id: Annotated[str, Path(max_length=200)],
     ) -> dict[str, Any]:
         """One execution: its newest state and every attempt kept."""
-        found = view_of(request).execution(execution_id)
+        view = view_of(request)
+        found = view.execution(execution_id)
         if found is None:
             raise ExecutionNotFoundError(execution_id)
+        if caller.tenant is not None and not caller.sees_job(view.job(found["job_id"])):
+            raise ExecutionNotFoundError(execution_id)  # another tenant's: as if missing
         return execution_body(found)
 
     @app.post("/api/dead-letter/{execution_id}/replay")
     def replay_dead_letter(
-        request: Request, execution_id: Annotated[str, Path(max_length=200)]
+        request: Request,
+        caller: CallerOf,
+        execution_id: Annotated[str, Path(max_length=200)],
     ) -> dict[str, Any]:
         """Run a dead execution again: attempt 1, trigger REPLAY, same execution id."""
-        if view_of(request).dead_letter_of(execution_id) is None:
+        dead = view_of(request).dead_letter_of(execution_id)
+        if dead is None or not caller.sees(dead.get("tenant")):
             raise ExecutionNotFoundError(execution_id, "dead letter of execution")
         try:
             event = replay(settings.kafka, codec, execution_id)

@@ -41,6 +41,10 @@ class IngestSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
+    # The API's bearer tokens (streams/api_tokens.py; 'kafkron token add' writes it), re-read
+    # when it changes. Unset: no tokens, every caller is the admin, and the API listens on
+    # loopback only (services/ingest/access.py).
+    tokens_file: Path | None = None
     max_payload_bytes: int = Field(default=256 * 1024, ge=0)
     # A run_at this far in the past is still accepted (and fires at once): clock skew.
     run_at_grace_s: float = Field(default=60.0, ge=0)

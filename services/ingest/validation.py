@@ -38,12 +38,12 @@ from services.ingest.cron import ScheduleError, cron_spec
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
 from streams.identity import HANDLER_NAME_MAX_LENGTH, HANDLER_NAME_PATTERN
+from streams.identity import TENANT_PATTERN as TENANT_PATTERN  # one rule: jobs and tokens
 from streams.records import CatchupPolicy, FoldPolicy, OverlapPolicy
 from streams.topics import Priority
 
 # Safe in URLs and logs, and free of '@' (execution ids are "<job_id>@<tick>").
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
 MAX_DEPENDENCIES = 100
 MAX_LABELS = 64

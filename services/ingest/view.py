@@ -231,10 +231,11 @@ class StatusView:
         return self.store.dependents(job_id, limit)
 
     def dead_letters(
-        self, cursor: str | None, limit: int
+        self, cursor: str | None, limit: int, tenant: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of dead letters, newest first, and the next page's cursor (or None)."""
-        return self.store.dead_letters(cursor, limit)
+        """A page of dead letters (only ``tenant``'s when given), newest first, and the next
+        page's cursor (or None)."""
+        return self.store.dead_letters(cursor, limit, tenant)
 
     def undecodable_count(self) -> int:
         """Records skipped because they did not decode, since the store was created."""

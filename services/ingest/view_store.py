@@ -44,6 +44,7 @@ from rocksdict import Options, Rdict, WriteBatch
 from services.ingest.exceptions import ViewInUseError
 from services.ingest.job_index import (
     INDEX,
+    PAGE_BUDGET,
     InvalidCursorError,
     JobFilter,
     decode_cursor,
@@ -266,16 +267,22 @@ class ViewStore:
     # dead letters ------------------------------------------------------------------------
 
     def dead_letters(
-        self, cursor: str | None, limit: int
+        self, cursor: str | None, limit: int, tenant: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of dead letters, newest first, and the cursor of the next page (or None)."""
+        """A page of dead letters, newest first, and the cursor of the next page (or None).
+
+        With ``tenant``, only that tenant's (never an undecodable record's); a page then
+        stops after ``PAGE_BUDGET`` entries looked at, with what it found and a cursor."""
         start = _DLQ_END if cursor is None else decode_dlq_cursor(cursor)
         items: list[dict[str, Any]] = []
         last_key = b""
-        for key, value in self._scan_back(start, DLQ, skip_start=cursor is not None):
-            if len(items) == limit:
+        entries = self._scan_back(start, DLQ, skip_start=cursor is not None)
+        for scanned, (key, value) in enumerate(entries):
+            if len(items) == limit or scanned == PAGE_BUDGET:
                 return items, encode_dlq_cursor(last_key)
-            items.append(orjson.loads(value))
+            item = orjson.loads(value)
+            if tenant is None or item.get("tenant") == tenant:
+                items.append(item)
             last_key = key
         return items, None
 

@@ -103,7 +103,7 @@ def backfill(
     body: dict[str, Any] = {"from": _time_value(from_), "to": _time_value(to), "dry_run": dry_run}
     if rate is not None:
         body["rate"] = rate
-    with ApiClient(target.api_url) as api:
+    with ApiClient(target.api_url, token=target.token) as api:
         path = job_path(job_id, "backfill")
         wait = not (as_json or dry_run or no_wait)
         listing = api.post(path, {**body, "dry_run": True}) if wait and not dry_run else None

@@ -1,5 +1,6 @@
 """Which cluster a command talks to: flags, then ``KAFKRON_*`` environment, then the local
-profile ``kafkron up`` wrote, then the defaults of a local cluster.
+profile ``kafkron up`` wrote, then the defaults of a local cluster. The API token (``--token``,
+``KAFKRON_TOKEN``, the profile's ``token``) is resolved the same way; there is no default.
 
 Each resolved value remembers where it came from, so an error can say which setting to fix.
 """
@@ -37,11 +38,13 @@ class Given:
 
 @dataclass(frozen=True)
 class Target:
-    """The cluster a command talks to: its REST API and its Kafka bootstrap and namespace."""
+    """The cluster a command talks to: its REST API and its Kafka bootstrap and namespace,
+    and the bearer token for the API (None: send none)."""
 
     api_url: Setting
     bootstrap_servers: Setting
     namespace: Setting
+    token: Setting | None = None
 
     def kafka_settings(self, base: KafkaSettings) -> KafkaSettings:
         """``base`` (librdkafka extras, partitions from the environment) aimed at this cluster."""
@@ -60,6 +63,7 @@ def resolve_target(
     namespace: Given,
     profile: Profile | None,
     profile_path: Path,
+    token: Given = Given(None, "--token"),
 ) -> Target:
     """Each value from its flag or environment variable when given, else the profile, else
     the default of a local cluster."""
@@ -72,6 +76,9 @@ def resolve_target(
         return Setting(default, "the default")
 
     api = pick(api_url, profile.api_url if profile else None, DEFAULT_API_URL)
+    # The profile's token goes only to the profile's API, never to one a flag names.
+    profile_api = api.source.startswith("the profile")
+    secret = pick(token, profile.token if profile and profile_api else None, "")
     return Target(
         api_url=Setting(api.value.rstrip("/"), api.source),
         bootstrap_servers=pick(
@@ -84,4 +91,5 @@ def resolve_target(
             profile.namespace if profile else None,
             str(_KAFKA_DEFAULTS["namespace"].default),
         ),
+        token=secret if secret.value else None,
     )

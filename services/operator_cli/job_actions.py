@@ -112,7 +112,7 @@ def submit(
     """Create a job (one-off, cron or dependent) and print its id and next run."""
     body = job_request(file, handler, given)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-    with ApiClient(target.api_url) as api:
+    with ApiClient(target.api_url, token=target.token) as api:
         response = api.send("POST", "/api/jobs", json=body, headers=headers)
     answer: dict[str, Any] = response.json()
     answer["created"] = response.status_code == 201
@@ -134,7 +134,7 @@ def _job_command(name: str, method: str, action: str | None, summary: str) -> cl
     @json_option
     def command(target: Target, as_json: bool, job_id: str) -> int:
         path = job_path(job_id, action) if action else job_path(job_id)
-        with ApiClient(target.api_url) as api:
+        with ApiClient(target.api_url, token=target.token) as api:
             answer: dict[str, Any] = api.request(method, path)
         if as_json:
             print_json(answer)

@@ -82,7 +82,7 @@ def list_jobs(
         "handler": handler,
         "cursor": cursor,
     }
-    with ApiClient(target.api_url) as api:
+    with ApiClient(target.api_url, token=target.token) as api:
         listing = read_pages(api, "/api/jobs", params, limit, every)
     if as_json:
         print_json(listing)
@@ -164,7 +164,7 @@ _EXECUTION_HEADERS = [
 @json_option
 def show(target: Target, as_json: bool, job_id: str) -> int:
     """Show one job: definition, status, next run and recent executions."""
-    with ApiClient(target.api_url) as api:
+    with ApiClient(target.api_url, token=target.token) as api:
         job: dict[str, Any] = api.get(job_path(job_id))
     if as_json:
         print_json(job)
@@ -212,7 +212,7 @@ def history(
     """A job's executions, newest first; with --execution, every attempt of one execution."""
     if (job_id is None) == (execution_id is None):
         raise click.UsageError("give a JOB_ID or --execution EXECUTION_ID (one of them)")
-    with ApiClient(target.api_url) as api:
+    with ApiClient(target.api_url, token=target.token) as api:
         if execution_id is not None:
             execution = api.get(f"/api/executions/{quote(execution_id, safe='')}")
             return _print_attempts(execution, as_json)

@@ -1,5 +1,6 @@
 """Options shared by the operator commands: where the cluster is (``--api``, ``--bootstrap``,
-``--namespace``, ``--profile``, each with its environment variable) and ``--json``.
+``--namespace``, ``--profile``, each with its environment variable), the API's ``--token``
+and ``--json``.
 
 The environment is read here, when a command runs (its entry point), never at import.
 """
@@ -26,6 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 API_ENV = "KAFKRON_API_URL"
 BOOTSTRAP_ENV = "KAFKRON_BOOTSTRAP_SERVERS"
 NAMESPACE_ENV = "KAFKRON_NAMESPACE"
+TOKEN_ENV = "KAFKRON_TOKEN"
 
 _PROFILE_HELP = (
     "the local profile 'kafkron up' writes (default $XDG_CONFIG_HOME/kafkron/profile.json, "
@@ -37,6 +39,7 @@ _TARGET_OPTIONS = [
     ("api_url", "--api", API_ENV),
     ("bootstrap", "--bootstrap", BOOTSTRAP_ENV),
     ("namespace", "--namespace", NAMESPACE_ENV),
+    ("token", "--token", TOKEN_ENV),
 ]
 
 
@@ -65,6 +68,7 @@ def target_options(*, api: bool = False, kafka: bool = False) -> Callable[[F], F
                 namespace=given["namespace"],
                 profile=read_profile(path),
                 profile_path=path,
+                token=given["token"],
             )
             return command(*args, target=target, **kwargs)
 
@@ -91,6 +95,12 @@ def target_options(*, api: bool = False, kafka: bool = False) -> Callable[[F], F
                 "librdkafka options come from KAFKRON_LIBRDKAFKA (JSON)",
             )(decorated)
         if api:
+            decorated = click.option(
+                "--token",
+                envvar=TOKEN_ENV,
+                show_envvar=True,
+                help="the API's bearer token, when it has tokens (else the profile's token)",
+            )(decorated)
             decorated = click.option(
                 "--api",
                 "api_url",

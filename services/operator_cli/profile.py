@@ -33,6 +33,7 @@ class Profile(BaseModel):
     api_url: str
     bootstrap_servers: str
     namespace: str
+    token: str | None = None  # the API's bearer token; the file is then only for its owner
     written_by_pid: int | None = None
     written_at_ms: int | None = None
 
@@ -69,7 +70,9 @@ def write_profile(path: Path, profile: Profile) -> None:
         update={"written_by_pid": os.getpid(), "written_at_ms": time.time_ns() // 1_000_000}
     )
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(stamped.model_dump(), indent=2) + "\n", encoding="utf-8")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold a token
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(stamped.model_dump(exclude_none=True), indent=2) + "\n")
     partial.replace(path)
 
 

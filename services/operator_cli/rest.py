@@ -17,9 +17,12 @@ TIMEOUT_S = 30.0
 class ApiClient:
     """A blocking client of one kafkron API; use it as a context manager."""
 
-    def __init__(self, api_url: Setting, timeout_s: float = TIMEOUT_S) -> None:
-        self.api_url = api_url
-        self._http = httpx.Client(base_url=api_url.value, timeout=timeout_s)
+    def __init__(
+        self, api_url: Setting, timeout_s: float = TIMEOUT_S, *, token: Setting | None = None
+    ) -> None:
+        self.api_url, self.token = api_url, token
+        headers = {} if token is None else {"Authorization": f"Bearer {token.value}"}
+        self._http = httpx.Client(base_url=api_url.value, timeout=timeout_s, headers=headers)
 
     def __enter__(self) -> ApiClient:
         return self
@@ -62,9 +65,14 @@ class ApiClient:
             ) from None
         if response.is_success:
             return response
-        raise RefusedError(
-            refusal_message(method, path, response), status_code=response.status_code
-        )
+        message = refusal_message(method, path, response)
+        if response.status_code == 401:
+            message += (
+                f"; the API at {self.api_url} wants a token: give --token or KAFKRON_TOKEN"
+                if self.token is None
+                else f"; the token from {self.token.source} was refused"
+            )
+        raise RefusedError(message, status_code=response.status_code)
 
 
 def refusal_message(method: str, path: str, response: httpx.Response) -> str:

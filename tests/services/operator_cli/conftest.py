@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +55,14 @@ class Ran:
         return json.loads(self.out)
 
 
-@pytest.fixture(scope="module")
-def cli_cluster(
-    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+@contextmanager
+def running_cli_cluster(
+    kafka_bootstrap: str,
+    base: Path,
+    names: tuple[str, ...] = ("timer", "executor", "api"),
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[CliCluster]:
-    """Timer, executor and API on a fresh namespace; stopped (topics deleted) at the end."""
-    base = tmp_path_factory.mktemp("cli-cluster")
+    """The services ``names`` on a fresh namespace; stopped (topics deleted) at the end."""
     namespace = f"c{uuid.uuid4().hex[:10]}."
     kafka = KafkaSettings(
         bootstrap_servers=kafka_bootstrap, namespace=namespace, partitions=2,
@@ -76,12 +79,12 @@ def cli_cluster(
         "KAFKRON_STATE_DIR": str(base / "state"),
         "KAFKRON_INGEST_HTTP_PORT": str(port),
         "KAFKRON_EXECUTOR_COMMIT_INTERVAL_MS": "100",
+        **(extra_env or {}),
     }
     log_dir = base / "logs"
     log_dir.mkdir()
     services = [
-        ServiceProcess(name, [sys.executable, "-m", "services.cli", name])
-        for name in ("timer", "executor", "api")
+        ServiceProcess(name, [sys.executable, "-m", "services.cli", name]) for name in names
     ]
     logs = [(log_dir / f"{s.name}.log").open("ab") for s in services]
     try:
@@ -90,7 +93,9 @@ def cli_cluster(
                 service.argv, env=env, cwd=ROOT, stdout=log, stderr=log
             )
         cluster = CliCluster(kafka, f"http://127.0.0.1:{port}", env, log_dir)
-        probes = {s.name: commands.READINESS[s.name](kafka, s.pid) for s in services[:2]}
+        probes = {
+            s.name: commands.READINESS[s.name](kafka, s.pid) for s in services if s.name != "api"
+        }
         probes["api"] = http_probe(f"{cluster.api_url}/healthz")  # its port is in env only
         answers = wait_until_ready(probes, 120, lambda: not all(s.alive() for s in services))
         waiting = [f"{n}: {a.detail}" for n, a in answers.items() if not a.ready]
@@ -102,6 +107,15 @@ def cli_cluster(
         for log in logs:
             log.close()
         _delete_topics(kafka_bootstrap, namespace)
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CliCluster]:
+    """Timer, executor and API on a fresh namespace; stopped (topics deleted) at the end."""
+    with running_cli_cluster(kafka_bootstrap, tmp_path_factory.mktemp("cli-cluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture
