@@ -96,11 +96,14 @@ def require_admin(caller: Caller, what: str) -> None:
 
 
 def static_prefixes(routes: Iterable[BaseRoute]) -> tuple[str, ...]:
-    """The paths of the app's static-file mounts (never the root: that would open all)."""
+    """The paths of the app's public mounts: static files, or an app mounted at a public
+    path (e.g. Prometheus' at ``/metrics``); never the root, which would open everything."""
     return tuple(
         route.path
         for route in routes
-        if isinstance(route, Mount) and isinstance(route.app, StaticFiles) and route.path
+        if isinstance(route, Mount)
+        and route.path
+        and (isinstance(route.app, StaticFiles) or route.path in PUBLIC_PATHS)
     )
 
 

@@ -77,3 +77,26 @@ def test_bearer_header_parsing() -> None:
     assert bearer_token(scope((b"authorization", b"Basic abc"))) is None
     assert bearer_token(scope((b"authorization", b"Bearer "))) is None
     assert bearer_token(scope((b"x-other", b"Bearer kfr_a_b"))) is None
+
+
+def test_public_paths_and_mounts(tmp_path: Path) -> None:
+    from starlette.routing import Mount
+    from starlette.staticfiles import StaticFiles
+
+    from services.ingest.access import is_public, static_prefixes
+
+    async def metrics(scope: object, receive: object, send: object) -> None:
+        raise AssertionError("never called")
+
+    routes = [
+        Mount("/ui", StaticFiles(directory=tmp_path)),
+        Mount("/metrics", metrics),
+        Mount("/api/internal", metrics),  # an app at a path that is not public
+        Mount("", StaticFiles(directory=tmp_path)),  # the root would open everything
+    ]
+    static = static_prefixes(routes)
+    assert static == ("/ui", "/metrics")
+    for path in ("/healthz", "/metrics", "/metrics/", "/ui/app.js", "/docs", "/"):
+        assert is_public(path, static), path
+    for path in ("/api/jobs", "/api/internal/x", "/uix", "/healthz/x", "/api/dashboard/live"):
+        assert not is_public(path, static), path
