@@ -29,12 +29,11 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from services.ingest.access import Caller, CallerOf, require_admin
-from services.ingest.exceptions import JobNotFoundError, ViewNotReadyError
+from services.ingest.access import CallerOf, require_admin
 from services.ingest.group_lag import GroupLag
 from services.ingest.next_fires import next_fires_ms
 from services.ingest.presenters import iso
-from services.ingest.read_api import client_of, json_answer, view_of
+from services.ingest.read_api import json_answer, known_job, view_of
 from services.ingest.recent_outcomes import DEFAULT_WINDOW_S
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import JOB_ID_PATTERN
@@ -61,19 +60,6 @@ class _Pages(StaticFiles):
             await send(message)
 
         await super().__call__(scope, receive, send_with_policy)
-
-
-def _job_of(request: Request, job_id: str, timeout_s: float, caller: Caller) -> dict[str, Any]:
-    """The job as the view knows it, once it read what this API process wrote of it (another
-    tenant's: unknown to ``caller``)."""
-    view = view_of(request)
-    written = client_of(request).written_through(job_id)
-    if written and not view.wait_for_offsets(written, timeout_s):
-        raise ViewNotReadyError(f"the status view has not yet read job {job_id}'s last write")
-    job = view.job(job_id)
-    if job is None or not caller.sees_job(job):
-        raise JobNotFoundError(job_id)
-    return job
 
 
 def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
@@ -119,7 +105,7 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
         """The job's next ``count`` nominal fires (none while it is not SCHEDULED, and
         none of its own for a dependent)."""
         view = view_of(request)
-        job = _job_of(request, job_id, settings.view_catch_up_timeout_s, caller)
+        job = known_job(request, job_id, settings.view_catch_up_timeout_s, caller)
         now_ms = time.time_ns() // 1_000_000
         newest = view.executions(job_id)
         fires = next_fires_ms(job, newest, now_ms, count)

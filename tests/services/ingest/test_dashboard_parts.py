@@ -12,7 +12,12 @@ from fastapi import FastAPI
 
 from services.dag.settings import DagSettings
 from services.executor.settings import ExecutorSettings
-from services.ingest.api_docs import ASSET_NAMES, ASSETS_URL, install_api_docs
+from services.ingest.api_docs import (
+    ASSET_NAMES,
+    ASSETS_URL,
+    DOCS_CONTENT_SECURITY_POLICY,
+    install_api_docs,
+)
 from services.ingest.dashboard import UI_DIR
 from services.ingest.group_lag import SERVICE_GROUPS, GroupLag, Member, group_body, partition_rows
 from services.ingest.next_fires import next_fires_ms
@@ -112,6 +117,7 @@ def test_the_api_docs_load_their_files_from_the_api() -> None:
         answer = _get(app, page)
         assert answer.status_code == 200, page
         assert "http://" not in answer.text and "https://" not in answer.text, page
+        assert answer.headers["content-security-policy"] == DOCS_CONTENT_SECURITY_POLICY
     docs, redoc = _get(app, "/docs").text, _get(app, "/redoc").text
     assert f'src="{ASSETS_URL}/swagger-ui-bundle.js"' in docs
     assert f'href="{ASSETS_URL}/swagger-ui.css"' in docs
