@@ -82,8 +82,8 @@ def ensure_topics(settings: KafkaSettings, extra: Iterable[TopicSpec] = ()) -> l
     wanted = settings.partitions
     _check_co_partitioning(existing, specs, settings.partitions)
     missing = [
-        NewTopic(name, num_partitions=wanted, replication_factor=settings.replication_factor,
-                 config=spec.configs())
+        NewTopic(name, num_partitions=spec.partitions or wanted,
+                 replication_factor=settings.replication_factor, config=spec.configs())
         for name, spec in specs.items() if name not in existing
     ]  # fmt: skip
     created: set[str] = set()
@@ -103,4 +103,7 @@ def ensure_topics(settings: KafkaSettings, extra: Iterable[TopicSpec] = ()) -> l
             wanted,
             "Another client created it concurrently; the missing topics were created.",
         )
-    return [TopicReport(name, existing.get(name, wanted), name in created) for name in specs]
+    return [
+        TopicReport(name, existing.get(name, specs[name].partitions or wanted), name in created)
+        for name in specs
+    ]

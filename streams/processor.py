@@ -29,6 +29,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from streams import clock
 from streams.admin import admin_client
 from streams.checkpoint import Checkpoint, CheckpointAbortedError
 from streams.exceptions import ConfigurationError, KafkronError
@@ -258,7 +259,7 @@ class Processor:
         for partition, context in list(self._contexts.items()):
             if now >= self._next_punctuate[partition]:
                 self._next_punctuate[partition] = now + self.options.punctuate_interval_ms / 1000
-                now_ms = int(time.time() * 1000)
+                now_ms = clock.now_ms()
                 self._call_hook(
                     "on_punctuate", self._hooks.on_punctuate, context, partition, now_ms
                 )

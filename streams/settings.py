@@ -28,6 +28,8 @@ class KafkaSettings(BaseSettings):
     # Extra librdkafka settings (SASL, SSL, ...) merged into every client's config.
     librdkafka: dict[str, Any] = Field(default_factory=dict)
     state_dir: Path = Path(".state")
+    # How often each service reads the broker's clock (streams/clock.py).
+    clock_probe_interval_s: float = Field(default=10.0, gt=0)
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka config for any client: bootstrap, operator extras, then overrides.

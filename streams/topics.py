@@ -31,10 +31,16 @@ class TopicSpec:
     co_partitioned: bool = True
     retention_ms: int | None = None
     segment_ms: int | None = None
+    broker_timestamps: bool = False
+    """Records stamped with the broker's clock when appended (LogAppendTime)."""
+    partitions: int | None = None
+    """A fixed count (not co-partitioned topics only); None: the configured count."""
 
     def configs(self) -> dict[str, str]:
         """Topic configs for CreateTopics."""
         configs = {"cleanup.policy": "compact" if self.compact else "delete"}
+        if self.broker_timestamps:
+            configs["message.timestamp.type"] = "LogAppendTime"
         if self.retention_ms is not None:
             configs["retention.ms"] = str(self.retention_ms)
         if self.segment_ms is not None:
@@ -48,6 +54,9 @@ RETRY = "retry"
 DLQ = "dlq"
 DAG_SIGNALS = "dag-signals"
 DAG_RELEASES = "dag-releases"
+CLOCK = "clock"
+"""Probes stamped by the broker's clock, by which every service reads time (streams/clock.py)."""
+CLOCK_RETENTION_MS = 3600 * 1000
 
 
 def due_topic_base(priority: Priority) -> str:
@@ -71,6 +80,15 @@ BASE_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(DLQ, compact=False, retention_ms=LONG_RETENTION_MS),
     TopicSpec(DAG_SIGNALS, compact=False, retention_ms=DUE_RETENTION_MS),
     TopicSpec(DAG_RELEASES, compact=False, retention_ms=DUE_RETENTION_MS),
+    TopicSpec(
+        CLOCK,
+        compact=False,
+        co_partitioned=False,
+        retention_ms=CLOCK_RETENTION_MS,
+        segment_ms=CLOCK_RETENTION_MS,
+        broker_timestamps=True,
+        partitions=1,
+    ),
 )
 
 

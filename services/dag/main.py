@@ -13,6 +13,7 @@ from types import FrameType
 
 from services.dag.service import run
 from services.dag.settings import DagSettings
+from streams.clock import broker_clock
 from streams.logs import configure_logging
 
 
@@ -30,7 +31,8 @@ def main() -> None:
     logging.getLogger(__name__).info(
         "dag processor %s starting in group %s", settings.instance_id, settings.group_id()
     )
-    run(settings, stop)
+    with broker_clock(settings.kafka, "dag"):
+        run(settings, stop)
 
 
 if __name__ == "__main__":

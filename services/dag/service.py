@@ -11,7 +11,6 @@ within ``release_commit_within_ms``: each hop of a release waits for a commit.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 
 from services.dag.inputs import apply_input
@@ -27,6 +26,7 @@ from services.dag.scope import (
     DagScope,
 )
 from services.dag.settings import DagSettings
+from streams import clock
 from streams.processing import InputRecord, ProcessorContext
 from streams.processor import Processor, ProcessorOptions
 
@@ -114,4 +114,4 @@ def run(settings: DagSettings, stop_event: threading.Event) -> None:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()

@@ -4,6 +4,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from streams import clock
 from streams.topics import Priority
 
 
@@ -73,7 +74,7 @@ class HandlerContext(NamedTuple):
             worker_id,
             round(timeout_s * 1000),
             time.monotonic() if now_monotonic_s is None else now_monotonic_s,
-            time.time_ns() // 1_000_000 if now_epoch_ms is None else now_epoch_ms,
+            clock.now_ms() if now_epoch_ms is None else now_epoch_ms,
         )
 
     @classmethod

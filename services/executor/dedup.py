@@ -86,7 +86,6 @@ from __future__ import annotations
 
 import operator
 import struct
-import time
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from itertools import repeat
@@ -99,6 +98,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from streams import clock
 from streams.exceptions import KafkronError
 from streams.kafka.producer import TransactionalProducer
 from streams.state.store import Store
@@ -182,7 +182,7 @@ def check_retention_covers_due_topics(
 
 
 def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()
 
 
 class Progress(Enum):

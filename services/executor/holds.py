@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import time
 from collections.abc import Callable, Collection
 
 from services.executor.assignment import TP, Token
 from services.executor.due_view import DueView
+from streams import clock
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()
 
 
 class HeldRun:

@@ -17,11 +17,11 @@ every record instead. ``tests/services/executor/test_service_outcomes.py`` and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from services.executor.due_view import DueReader, DueView, probe_records
+from streams import clock
 from streams.avro_binary import avro_long
 from streams.avro_writer import generate_writer
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
@@ -50,7 +50,7 @@ class AvroClock:
 
     def now(self) -> bytes:
         """Read the clock; returns the Avro encoding of the new :attr:`ms`."""
-        ms = time.time_ns() // 1_000_000
+        ms = clock.now_ms()
         if ms != self.ms:
             self.ms = ms
             self.raw = avro_long(ms)

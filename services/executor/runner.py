@@ -13,6 +13,7 @@ from services.executor.context import HandlerContext
 from services.executor.exceptions import HandlerTimeoutError
 from services.executor.handlers import RegisteredHandler
 from services.executor.sync_pool import SyncHandlerPool
+from streams import clock
 from streams.exceptions import KafkronError
 
 MAX_ERROR_CHARS = 2000
@@ -56,7 +57,7 @@ class RunOutcome(NamedTuple):
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()
 
 
 def _describe(exc: BaseException) -> str:

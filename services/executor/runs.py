@@ -59,6 +59,7 @@ from services.executor.runner import (
 )
 from services.executor.stats import ExecutorStats
 from services.executor.sync_pool import SyncHandlerPool
+from streams import clock
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError, InvalidRecordError
 from streams.kafka.errors import KafkaOperationError
@@ -83,7 +84,7 @@ Rest = Coroutine[Any, Any, None]
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()
 
 
 _REPLAY = TRIGGERS.index(Trigger.REPLAY.value)

@@ -14,6 +14,7 @@ from types import FrameType
 
 from services.timer.service import run
 from services.timer.settings import TimerSettings
+from streams.clock import broker_clock
 from streams.logs import configure_logging
 
 
@@ -35,7 +36,8 @@ def main() -> None:
     logging.getLogger(__name__).info(
         "timer %s starting in group %s", settings.instance_id, settings.group_id()
     )
-    run(settings, stop)
+    with broker_clock(settings.kafka, "timer"):
+        run(settings, stop)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ hot second is still draining, its fires commit together every ``backlog_commit_i
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 
 from services.timer.drain import drain_due
@@ -22,6 +21,7 @@ from services.timer.pacing import DrainPacer, trickle_commit_ms
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
 from services.timer.wheel import collect_fired
+from streams import clock
 from streams.processing import InputRecord, ProcessorContext
 from streams.processor import Processor, ProcessorOptions
 
@@ -162,4 +162,4 @@ def run(settings: TimerSettings, stop_event: threading.Event) -> None:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()

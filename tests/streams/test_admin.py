@@ -10,14 +10,15 @@ from confluent_kafka.admin import NewTopic
 from streams.admin import admin_client, ensure_topics, existing_partition_counts
 from streams.exceptions import TopicLayoutError
 from streams.settings import KafkaSettings
-from streams.topics import BASE_TOPICS, TopicNames
+from streams.topics import BASE_TOPICS, CLOCK, TopicNames
 
 
 def test_creates_every_topic_with_its_cleanup_policy(kafka_settings: KafkaSettings) -> None:
     reports = ensure_topics(kafka_settings)
     names = TopicNames(kafka_settings.namespace)
     assert {r.name for r in reports} == {names.name(s.base_name) for s in BASE_TOPICS}
-    assert all(r.created and r.partitions == 4 for r in reports)
+    assert all(r.created for r in reports)
+    assert {r.name: r.partitions for r in reports if r.partitions != 4} == {names.name(CLOCK): 1}
     admin = admin_client(kafka_settings)
     from confluent_kafka.admin import ConfigResource
 
@@ -27,6 +28,10 @@ def test_creates_every_topic_with_its_cleanup_policy(kafka_settings: KafkaSettin
     resource = ConfigResource("topic", names.job_results)
     configs = admin.describe_configs([resource])[resource].result()
     assert configs["cleanup.policy"].value == "delete"
+    assert configs["message.timestamp.type"].value == "CreateTime"
+    resource = ConfigResource("topic", names.name(CLOCK))
+    configs = admin.describe_configs([resource])[resource].result()
+    assert configs["message.timestamp.type"].value == "LogAppendTime"
 
 
 def test_second_run_creates_nothing(kafka_settings: KafkaSettings) -> None:
