@@ -102,8 +102,10 @@ class BrokerClock:
         """The current error bound in ms; None while the host's own clock is in use."""
 
     def start(self, first_probe_timeout_s: float = 5.0) -> BrokerClock:
-        """Probe once (so a service starts on the broker's clock), then every interval."""
-        self.probe(first_probe_timeout_s)
+        """Probe twice (the first one also connects, so its round trip is long) before the
+        service starts, so that it starts on the broker's clock; then every interval."""
+        if self.probe(first_probe_timeout_s) is not None:
+            self.probe(first_probe_timeout_s)
         self._thread = threading.Thread(target=self._run, name="broker-clock", daemon=True)
         self._thread.start()
         return self
