@@ -261,13 +261,13 @@ class JobCreate(_Request):
     cron: CronRequest | None = None
     depends_on: list[JobId] | None = Field(default=None, min_length=1, max_length=MAX_DEPENDENCIES)
     priority: Annotated[Priority, BeforeValidator(_upper)] = Priority.NORMAL
-    timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIMEOUT_S)
+    timeout_s: float = Field(default=300.0, ge=0.001, le=MAX_TIMEOUT_S)  # whole ms: >= 1 ms
     retry: RetryRequest | None = None
     overlap: Annotated[OverlapPolicy, BeforeValidator(_upper)] = OverlapPolicy.SKIP
     catchup: Annotated[CatchupPolicy, BeforeValidator(_upper)] = CatchupPolicy.LATEST
     catchup_window_s: float = Field(default=86_400.0, ge=0, le=MAX_WINDOW_S)
     jitter_s: float = Field(default=0.0, ge=0, le=86_400.0)
-    dag_wait_s: float = Field(default=DEFAULT_DAG_WAIT_S, gt=0, le=MAX_WINDOW_S)
+    dag_wait_s: float = Field(default=DEFAULT_DAG_WAIT_S, ge=0.001, le=MAX_WINDOW_S)
     tenant: str = Field(default="default", pattern=TENANT_PATTERN)
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
 

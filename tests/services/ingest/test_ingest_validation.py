@@ -133,6 +133,8 @@ def test_dependent_job() -> None:
         (body(handler="a" * 201), ["handler"]),
         (body(timeout_s=-1), ["timeout_s"]),
         (body(timeout_s=0), ["timeout_s"]),
+        (body(timeout_s=1e-9), ["timeout_s"]),  # would round to 0 ms (was a 500)
+        (body(run_at=None, depends_on=["up"], dag_wait_s=1e-9), ["dag_wait_s"]),
         (body(jitter_s=-0.5), ["jitter_s"]),
         (body(catchup_window_s=-1), ["catchup_window_s"]),
         (body(retry={"max_attempts": 0}), ["retry", "max_attempts"]),
