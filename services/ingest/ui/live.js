@@ -19,10 +19,10 @@ function plotsOf(live) {
   const lateness = linePlot({
     title: "Start lateness (started − scheduled), first attempts",
     unit: " ms",
-    lines: [
-      { name: "p50", cls: "c-ok", values: live.lateness_ms.p50 },
-      { name: "p99", cls: "c-warn", values: live.lateness_ms.p99 },
+    lines: [ // the highest first, so that lower lines are drawn over it
       { name: "max", cls: "c-bad", values: live.lateness_ms.max },
+      { name: "p99", cls: "c-warn", values: live.lateness_ms.p99 },
+      { name: "p50", cls: "c-ok", values: live.lateness_ms.p50 },
     ],
   });
   return [throughput, lateness];
