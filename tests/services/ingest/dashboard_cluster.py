@@ -38,6 +38,7 @@ class Cluster:
     kafka: KafkaSettings
     api_url: str
     log_dir: Path
+    env: dict[str, str]
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.log_dir.iterdir())
@@ -75,7 +76,7 @@ def running_cluster(bootstrap: str, base: Path, partitions: int = 2) -> Iterator
             service.process = subprocess.Popen(
                 service.argv, env=env, cwd=ROOT, stdout=log, stderr=log
             )
-        cluster = Cluster(kafka, f"http://127.0.0.1:{port}", log_dir)
+        cluster = Cluster(kafka, f"http://127.0.0.1:{port}", log_dir, env)
         probes = {s.name: commands.READINESS[s.name](kafka, s.pid) for s in services[:3]}
         probes["api"] = http_probe(f"{cluster.api_url}/healthz")  # its port is in env only
         answers = wait_until_ready(probes, 120, lambda: not all(s.alive() for s in services))
@@ -88,3 +89,26 @@ def running_cluster(bootstrap: str, base: Path, partitions: int = 2) -> Iterator
         for log in logs:
             log.close()
         _delete_topics(bootstrap, namespace)
+
+
+@contextmanager
+def another_api(cluster: Cluster, view_dir: Path, **env: str) -> Iterator[str]:
+    """One more API process on the cluster's namespace, with its own view, port and ``env``
+    (e.g. ``KAFKRON_INGEST_TOKENS_FILE``); yields its URL once it serves."""
+    port = free_port()
+    service = ServiceProcess("api-2", [sys.executable, "-m", "services.cli", "api"])
+    settings = {"KAFKRON_INGEST_HTTP_PORT": str(port), "KAFKRON_INGEST_VIEW_DIR": str(view_dir)}
+    with (cluster.log_dir / "api-2.log").open("ab") as log:
+        service.process = subprocess.Popen(
+            service.argv, env={**cluster.env, **settings, **env}, cwd=ROOT, stdout=log,
+            stderr=log,
+        )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}"
+            answers = wait_until_ready({"api-2": http_probe(f"{url}/healthz")}, 120,
+                                       lambda: not service.alive())  # fmt: skip
+            if not answers["api-2"].ready:
+                raise AssertionError(f"api-2 not serving: {answers}\n{cluster.logs()}")
+            yield url
+        finally:
+            service.stop()

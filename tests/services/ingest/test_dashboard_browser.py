@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.services.ingest.dashboard_cluster import Cluster, running_cluster
+from streams.api_tokens import add_token
+from tests.services.ingest.dashboard_cluster import Cluster, another_api, running_cluster
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -235,3 +236,38 @@ def test_the_api_docs_render_with_nothing_from_elsewhere(pages: Pages) -> None:
     page = pages.open("/")  # the API's root leads to the dashboard
     expect(page.locator("header .brand")).to_have_text("kafkron")
     assert page.url.endswith("/ui/")
+
+
+def test_with_api_tokens_the_pages_ask_for_one_and_show_its_tenants_jobs(
+    cluster: Cluster, browser: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    tokens = tmp_path / "tokens.json"
+    admin, _ = add_token(tokens, None, "dashboard test: admin")
+    acme, _ = add_token(tokens, "acme", "dashboard test: acme")
+    stem = f"ui-tok-{uuid.uuid4().hex[:6]}"
+    cron = {"expression": "0 3 * * *"}
+    for tenant in ("acme", "other"):
+        submit(cluster, {"job_id": f"{stem}-{tenant}", "handler": "examples.noop",
+                         "tenant": tenant, "cron": cron})  # fmt: skip
+    with another_api(cluster, tmp_path / "view", KAFKRON_INGEST_TOKENS_FILE=str(tokens)) as url:
+        context = browser.new_context()
+        try:
+            pages = Pages(context.new_page(), url)
+            page = pages.open(f"/ui/#/jobs?id_prefix={stem}")
+            bar = page.locator("#token-bar")
+            expect(bar).to_be_visible()  # the list answered 401
+            bar.locator("input").fill(acme)
+            bar.get_by_role("button").click()
+            rows = page.locator("table.jobs tbody tr")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_have_attribute("data-job-id", f"{stem}-acme")
+            pages.open("/ui/#/live")
+            expect(page.locator("main .error")).to_contain_text("403")  # admin tokens only
+            page.evaluate("token => localStorage.setItem('kafkron.token', token)", admin)
+            pages.open(f"/ui/#/jobs?id_prefix={stem}")
+            expect(page.locator("table.jobs tbody tr")).to_have_count(2)
+            assert pages.errors == [] and pages.elsewhere() == []
+        finally:
+            context.close()
