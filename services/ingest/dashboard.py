@@ -19,7 +19,6 @@ browser itself refuses anything the pages would load from elsewhere.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path as FilePath
 from typing import Annotated, Any, Literal
 
@@ -37,6 +36,7 @@ from services.ingest.read_api import json_answer, known_job, view_of
 from services.ingest.recent_outcomes import DEFAULT_WINDOW_S
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import JOB_ID_PATTERN
+from streams import clock
 
 UI_DIR = FilePath(__file__).parent / "ui"
 UI_URL = "/ui"
@@ -81,7 +81,7 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
         columns, and over all of them (``window``); from the results the status view read.
         Every tenant's: an admin token's."""
         require_admin(caller, "the cluster's live outcomes")
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = clock.now_ms()  # the services stamp results by the broker's clock
         body = view_of(request).recent_outcomes.series(now_ms, seconds)
         return json_answer({"now_ms": now_ms, **body})
 
@@ -106,7 +106,7 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
         none of its own for a dependent)."""
         view = view_of(request)
         job = known_job(request, job_id, settings.view_catch_up_timeout_s, caller)
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = clock.now_ms()
         newest = view.executions(job_id)
         fires = next_fires_ms(job, newest, now_ms, count)
         return json_answer(

@@ -37,6 +37,7 @@ from services.ingest.recent_outcomes import RecentOutcomes
 from services.ingest.settings import IngestSettings
 from services.ingest.view_batch import ViewBatch
 from services.ingest.view_store import JobRow, ViewStore
+from streams import clock
 from streams.codec import Codec
 from streams.exceptions import DecodeError, TopicLayoutError
 from streams.topics import TopicNames
@@ -391,7 +392,7 @@ class StatusView:
             for listener in self._advance_listeners:
                 listener()
             if results:
-                self.recent_outcomes.add_results(results, time.time_ns() // 1_000_000)
+                self.recent_outcomes.add_results(results, clock.now_ms())
             return
 
     def _apply(
