@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from streams.exceptions import KafkronError
 from streams.kafka.errors import KafkaOperationError
 from streams.kafka.producer import TransactionalProducer
+from streams.runtime_stats import RuntimeStats
 from streams.state.store import Store
 from streams.state.transaction import StoreTransaction
 
@@ -39,8 +40,13 @@ class Checkpoint:
     """Input positions, store transactions and the open Kafka transaction since the last commit."""
 
     def __init__(
-        self, producer: TransactionalProducer, consumer: Consumer, commit_interval_ms: int
+        self,
+        producer: TransactionalProducer,
+        consumer: Consumer,
+        commit_interval_ms: int,
+        stats: RuntimeStats | None = None,
     ) -> None:
+        self._commit_seconds = (stats if stats is not None else RuntimeStats()).commit_seconds
         self._producer = producer
         self._consumer = consumer
         self._interval_s = commit_interval_ms / 1000
@@ -123,6 +129,7 @@ class Checkpoint:
         A crash before step 4 completes leaves nothing committed; a crash between 4 and 5
         leaves a store behind its changelog, and the restore replays the difference.
         """
+        began = None if self.empty else time.monotonic()  # an empty commit is not timed
         try:
             for transaction in self._transactions.values():  # 1
                 transaction.prepare(self._producer)
@@ -147,6 +154,8 @@ class Checkpoint:
             transaction.flush(
                 self._producer.delivered_offset(store.changelog_topic, store.partition)
             )
+        if began is not None:
+            self._commit_seconds.observe(time.monotonic() - began)
         self._reset()
 
     def abort(self) -> None:

@@ -69,8 +69,9 @@ def route_to_dlq(
     offset, key, value) with ``emit``; log it once (never its value) and count it by topic."""
     topic, partition, offset, key, value = source
     log.warning(
-        "%s[%d]@%s dead-lettered, not a usable record: %s", topic, partition, offset, reason
-    )
+        "%s[%d]@%s dead-lettered, not a usable record: %s", topic, partition, offset, reason,
+        extra={"topic": topic, "partition": partition, "offset": offset, "reason": reason},
+    )  # fmt: skip
     counts[topic] += 1
     data = undecodable_dead_letter(codec, reason, topic, partition, offset, key, value, dead_at_ms)
     emit(dlq_topic, None, data)

@@ -7,7 +7,7 @@ the ``librdkafka`` logger instead of printing ``%4|...`` lines to stderr) share 
 
 ``KAFKRON_LOG_FORMAT=json`` writes one JSON object per line: ``ts`` (ISO 8601, UTC),
 ``level``, ``service``, ``logger``, ``msg``, and the fields a call passes with ``extra``
-(:data:`FIELDS`: job and execution ids, topic, partition), plus ``exc`` for a traceback.
+(:data:`FIELDS`: job and execution ids, attempt, topic, partition), plus ``exc`` for a traceback.
 Logs never carry payloads: callers pass ids, never record values.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-FIELDS = ("job_id", "execution_id", "topic", "partition", "offset", "reason")
+FIELDS = ("job_id", "execution_id", "attempt", "topic", "partition", "offset", "reason")
 """Fields of a record's ``extra`` that the JSON format writes as fields of their own."""
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(service)s %(name)s: %(message)s"
 

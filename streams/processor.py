@@ -39,8 +39,10 @@ from streams.kafka.consumer import (
     create_restore_consumer,
 )
 from streams.kafka.errors import KafkaOperationError
+from streams.kafka.lag import consumer_lag
 from streams.kafka.producer import TransactionalProducer
 from streams.processing import ProcessorContext, ProcessorHookError, ProcessorHooks
+from streams.runtime_stats import Periodic, RuntimeStats
 from streams.settings import KafkaSettings
 from streams.state.changelog import changelog_topic, ensure_changelog_topics
 from streams.state.recovery import Recovery, RecoveryProgress
@@ -105,6 +107,9 @@ class Processor:
         self._contexts: dict[int, ProcessorContext] = {}  # restored partitions only
         self._next_punctuate: dict[int, float] = {}
         self._failed = False
+        # Commits, restores and lag, for the process's metrics (read at scrape time).
+        self.stats = RuntimeStats()
+        self._sampling = Periodic()
 
     def ready_partitions(self) -> list[int]:
         """Partitions restored and processing."""
@@ -144,8 +149,11 @@ class Processor:
             max_restoring_partitions=opts.max_restoring_partitions,
             small_restore_offsets=opts.small_restore_offsets,
             on_progress=getattr(self._hooks, "on_restore_progress", None),
+            stats=self.stats,
         )
-        self._checkpoint = Checkpoint(self._producer, self._consumer, opts.commit_interval_ms)
+        self._checkpoint = Checkpoint(
+            self._producer, self._consumer, opts.commit_interval_ms, self.stats
+        )
         self._consumer.subscribe(
             self.input_topics,
             on_assign=self._on_assign,
@@ -176,6 +184,8 @@ class Processor:
             self._punctuate()
             if self._checkpoint.due():
                 self._checkpoint.commit()
+            if self._sampling.due():
+                self._sample()
         except CheckpointAbortedError as exc:
             log.warning("%s; reprocessing from the last commit", exc)
         except KafkaOperationError as exc:  # a delivery failed or the producer was fenced
@@ -253,6 +263,15 @@ class Processor:
                 message.value(),
                 timestamp_ms,
             )
+
+    def _sample(self) -> None:
+        """Read what the metrics show but nothing counts: consumer lag, store sizes."""
+        self.stats.lag = consumer_lag(self._consumer)
+        self.stats.store_keys = {
+            (name, partition): keys
+            for name, store in self._stores.items()
+            for partition, keys in store.estimated_keys().items()
+        }
 
     def _punctuate(self) -> None:
         now = time.monotonic()
@@ -332,7 +351,7 @@ class Processor:
         self._next_punctuate[partition] = time.monotonic()
         topics = self._owned.get(partition, set())
         self._consumer.resume([TopicPartition(t, partition) for t in topics])
-        log.info("%s partition %d ready", self.instance_id, partition)
+        log.debug("%s partition %d ready", self.instance_id, partition)
         on_assigned = getattr(self._hooks, "on_assigned", None)
         if on_assigned is not None:
             self._call_hook("on_assigned", on_assigned, partition)
@@ -351,6 +370,7 @@ class Processor:
             if not self._recovery.pending(partition):
                 self._mark_ready(partition)
         log.info("%s assigned %s", self.instance_id, new)
+        self._recovery.end_round()  # says so now when none of them had anything to read
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._checkpoint.release(partitions)  # their next owner reads from the commit

@@ -123,6 +123,11 @@ class PartitionStore:
         raw = self._meta_db().get(CHANGELOG_OFFSET_KEY)
         return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
+    def estimated_keys(self) -> int:
+        """RocksDB's estimate of the keys in the database (no scan; for metrics)."""
+        estimate = self._data_db().property_int_value("rocksdb.estimate-num-keys")
+        return int(estimate or 0)
+
     def get(self, key: bytes) -> bytes | None:
         """The committed value of ``key``, or None."""
         value: bytes | None = self._data_db().get(key)

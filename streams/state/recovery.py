@@ -15,6 +15,11 @@ catches up) are started together regardless of that bound. A restore writes with
 RocksDB write-ahead log and flushes when it finishes (see :meth:`PartitionStore.write`).
 A store with a changelog expander restores each record as what its expander makes of it
 (see :class:`Store`).
+
+Each restore's progress goes to a :class:`~streams.runtime_stats.RuntimeStats` (the
+process's restore metrics). The log says what a set of restores did in one line, once none
+is left (``restored partitions 0-11 in 2.3 s: jobs 1,234 records, wheel 5,678``), instead
+of a line per store partition.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from streams.kafka.errors import operation_error
+from streams.runtime_stats import RuntimeStats
 from streams.state.partition import PartitionStore
 from streams.state.store import Store
 
@@ -69,6 +75,7 @@ class RecoveryProgress:
     finished_at: float | None = None
     reported_at: float = field(default_factory=time.monotonic)
     queued: bool = False
+    store: str = ""  # the store's name
 
     @property
     def done(self) -> bool:
@@ -115,7 +122,9 @@ class Recovery:
         max_restoring_partitions: int = 1,
         small_restore_offsets: int = 50_000,
         on_progress: Callable[[RecoveryProgress], None] | None = None,
+        stats: RuntimeStats | None = None,
     ) -> None:
+        self.stats = stats if stats is not None else RuntimeStats()
         self._consumer = consumer
         self._admin = admin
         self._batch_size = batch_size
@@ -126,6 +135,9 @@ class Recovery:
         self._queued: dict[int, list[_Queued]] = {}  # partition -> its waiting stores, FIFO
         self._completed: set[int] = set()  # done since the last step, not yet reported
         self.finished: deque[RecoveryProgress] = deque(maxlen=1024)
+        # Restores finished since the last summary line, and when the first of them began.
+        self._round: list[RecoveryProgress] = []
+        self._round_started: float | None = None
 
     def start(self, store: Store, partition: int) -> RecoveryProgress:
         """Restore one store partition: now when a slot is free, else once one frees.
@@ -133,7 +145,11 @@ class Recovery:
         The store partition is opened (``store.open_partition``) when its restore begins;
         ``pending(partition)`` is False on return when there was nothing to restore.
         """
-        progress = RecoveryProgress(store.changelog_topic, partition, -1, -1, -1, queued=True)
+        progress = RecoveryProgress(
+            store.changelog_topic, partition, -1, -1, -1, queued=True, store=store.name
+        )
+        if self._round_started is None:
+            self._round_started = time.monotonic()
         self._queued.setdefault(partition, []).append(_Queued(store, progress))
         if self._reading(partition):
             self._begin(partition)  # its other stores are reading: this one joins them
@@ -141,6 +157,7 @@ class Recovery:
             self._fill_slots()  # in start order
         if not self.pending(partition):
             self._completed.discard(partition)  # the caller sees it done: not reported again
+        self._publish()
         return progress
 
     def pending(self, partition: int) -> bool:
@@ -161,6 +178,8 @@ class Recovery:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in keys])
         for key in keys:
             del self._active[key]
+        self._publish()
+        self.end_round()
 
     def step(self, timeout_s: float) -> set[int]:
         """Apply one bounded batch; returns the partitions whose restores all completed.
@@ -176,8 +195,39 @@ class Recovery:
             self._check_positions()
             # The next partitions start now, so their fetches overlap the caller's work.
             self._fill_slots()
+        self._publish()
+        self.end_round()
         completed, self._completed = self._completed, set()
         return completed
+
+    def end_round(self) -> None:
+        """Once no restore is left: log in one line what the restores since the last such
+        line read (partitions, records per store, time); nothing when there were none.
+
+        :meth:`step` calls it; a caller that starts restores calls it after starting a set,
+        for the case where every one of them had nothing to read.
+        """
+        if self._active or self._queued:
+            return
+        if not self._round:
+            self._round_started = None  # restores started since were all cancelled
+            return
+        done, self._round = self._round, []
+        began = self._round_started if self._round_started is not None else time.monotonic()
+        self._round_started = None
+        log.info(restored_summary(done, time.monotonic() - began))
+
+    def _publish(self) -> None:
+        """Hand the restores' progress to the stats (new dicts: a scrape may be reading)."""
+        self.stats.restore_remaining = {
+            (r.progress.store, r.progress.partition): r.progress.remaining_offsets
+            for r in self._active.values()
+        }
+        queued: dict[str, int] = {}
+        for waiting in self._queued.values():
+            for item in waiting:
+                queued[item.store.name] = queued.get(item.store.name, 0) + 1
+        self.stats.restore_queued = queued
 
     def close(self) -> None:
         """Close the restore consumer."""
@@ -246,7 +296,7 @@ class Recovery:
             return
         self._active[(topic, partition)] = _Restore(store, partition_store, progress)
         self._consumer.incremental_assign([TopicPartition(topic, partition, start)])
-        log.info("%s[%d]: restoring offsets %d..%d", topic, partition, start, end)
+        log.debug("%s[%d]: restoring offsets %d..%d", topic, partition, start, end)
 
     def _consume(self, timeout_s: float) -> list[Message]:
         # consume(n, timeout) waits until it has n messages or the timeout passed: at the
@@ -281,11 +331,13 @@ class Recovery:
             else:
                 updates.update(expanded)  # in order: a later write of a key wins
             batches[key] = (updates, message.offset() or 0, count + 1)
+        restored = self.stats.restored_records
         for key, (updates, last_offset, count) in batches.items():
             restore = self._active[key]
             restore.partition_store.write(updates, last_offset, wal=False)
             restore.progress.applied += count
             restore.progress.position = last_offset + 1
+            restored[restore.store.name] += count
 
     def _report(self, progress: RecoveryProgress) -> None:
         if self._on_progress is not None:
@@ -305,7 +357,8 @@ class Recovery:
     def _finish(self, progress: RecoveryProgress) -> None:
         progress.finished_at = time.monotonic()
         self.finished.append(progress)
-        log.info(
+        self._round.append(progress)
+        log.debug(
             "%s[%d]: restored %d records up to offset %d (%.0f records/s)",
             progress.changelog_topic,
             progress.partition,
@@ -351,3 +404,37 @@ class Recovery:
             for spec in (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
         )
         return int(early.result().offset), int(late.result().offset)
+
+
+def restored_summary(done: list[RecoveryProgress], elapsed_s: float) -> str:
+    """One line for a set of finished restores: which partitions, how many records per
+    store (stores in the order they restored), how long."""
+    partitions = sorted({p.partition for p in done})
+    per_store: dict[str, int] = {}
+    for progress in done:
+        name = progress.store or progress.changelog_topic
+        per_store[name] = per_store.get(name, 0) + progress.applied
+    total = sum(per_store.values())
+    noun = "partition" if len(partitions) == 1 else "partitions"
+    line = f"restored {noun} {partition_ranges(partitions)} in {elapsed_s:.2f} s: "
+    if total == 0:
+        return line + f"nothing to read, {', '.join(per_store)} up to date"
+    records = ", ".join(f"{name} {n:,} records" for name, n in per_store.items())
+    rate = f" ({total / elapsed_s:,.0f} records/s)" if elapsed_s > 0 else ""
+    return line + records + rate
+
+
+def partition_ranges(partitions: list[int]) -> str:
+    """Sorted partition numbers as ranges: ``0-3, 7, 9-10``."""
+    ranges: list[str] = []
+    start = previous = None
+    for number in partitions:
+        if previous is not None and number == previous + 1:
+            previous = number
+            continue
+        if start is not None:
+            ranges.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = number
+    if start is not None:
+        ranges.append(str(start) if start == previous else f"{start}-{previous}")
+    return ", ".join(ranges)

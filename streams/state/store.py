@@ -48,6 +48,10 @@ class Store:
         """The open partitions by number (a copy)."""
         return dict(self._partitions)
 
+    def estimated_keys(self) -> dict[int, int]:
+        """RocksDB's estimate of the keys in each open partition, by partition (no scan)."""
+        return {number: store.estimated_keys() for number, store in self._partitions.items()}
+
     def open_partition(self, partition: int) -> PartitionStore:
         """Open (or return the already open) partition store."""
         store = self._partitions.get(partition)
