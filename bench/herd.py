@@ -234,6 +234,10 @@ class TimerProcess:
             "KAFKRON_PARTITIONS": str(settings.partitions),
             "KAFKRON_STATE_DIR": str(settings.state_dir / instance_id),
             "KAFKRON_TIMER_INSTANCE_ID": instance_id,
+            # Several run at once (failover tests, executors): no default ports; a run
+            # that scrapes them passes its own.
+            "KAFKRON_TIMER_METRICS_PORT": "0",
+            "KAFKRON_EXECUTOR_METRICS_PORT": "0",
             **env,
         }
         self.process: subprocess.Popen[bytes] | None = None

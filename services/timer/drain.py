@@ -5,12 +5,16 @@ the DueEvent encoded up to ``emitted_at_ms``, so firing it is one concatenation 
 produce: no state read or write (``state.py``) and no delete (``wheel.py``: the drain
 advances the fired-through watermark once per batch instead). Every other entry goes
 through the job's state.
+
+Fast fires are counted for the metrics once per drain, not per fire: the ones before the
+first slow entry are a prefix of the scan, in fire-time order (``fire_stats.py``).
 """
 
 from __future__ import annotations
 
 from services.timer import keys
 from services.timer.backfill import fire_backfill
+from services.timer.fire_stats import fire_ms_of
 from services.timer.firing import fire_manual, fire_schedule
 from services.timer.retention import fire_retention, write_retention
 from services.timer.retries import fire_retry
@@ -25,13 +29,16 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     """Fire due entries until about ``budget`` records are emitted; returns records emitted.
 
     A job whose catch-up settles many ticks may overshoot the budget by up to
-    ``max_catchup_ticks`` records; the scan itself never reads more than ``budget`` keys.
+    ``max_catchup_ticks`` records; the scan itself never reads more than ``budget`` + 1 keys
+    (the one after a full batch says how long the backlog has been due: ``unfired_ms``).
     With nothing due and ``collect``, it deletes up to ``budget`` fired fast entries instead
     (the caller turns that off while other partitions still have fires to drain).
     """
     now_ms = scope.now_ms
     write_retention(scope)  # a retention entry this scope opened may be due (no retention)
-    entries = scope.wheel.iter_range(watermark(scope), keys.due_bound(scope.horizon_ms), budget)
+    due_bound = keys.due_bound(scope.horizon_ms)
+    entries = scope.wheel.iter_range(watermark(scope), due_bound, budget + 1)
+    scope.unfired_ms = None
     if not entries:
         if collect:
             collect_fired(scope, budget)
@@ -49,16 +56,23 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     # Settling a slow entry may move a later fast entry of the same job (it turns slow when
     # an execution starts); from then on, fast entries of this scan are checked first.
     moved_possible = False
+    fire_stats = scope.env.fire_stats
+    prefix = -1  # fast fires before the first slow entry: entries[:prefix]
     for key, value in entries:
         if fast + scope.emitted >= budget:
+            scope.unfired_ms = fire_ms_of(key)
             break
         last_key = key
         if key[-1] == _SCHEDULE and value[0] == FAST_MARKER and key >= on_time_from:
-            if moved_possible and scope.wheel.get(key) != value:
-                continue
+            if moved_possible:
+                if scope.wheel.get(key) != value:
+                    continue
+                fire_stats.add_key(key, now_ms)  # past the prefix: counted one by one
             emit((due_topics[value[1]], key[8:-1], value[FAST_VALUE_HEADER:] + tail))
             fast += 1
         else:
+            if not moved_possible:
+                prefix = fast
             if out:  # keep the output order of the scan
                 scope.emit_all(out)
                 out.clear()
@@ -67,6 +81,7 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
             moved_possible = True
     if out:
         scope.emit_all(out)
+    fire_stats.add_sorted(entries, fast if prefix < 0 else prefix, now_ms)
     if last_key:
         scope.fired_through = last_key + b"\x00"
         save_watermark(scope)

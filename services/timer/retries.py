@@ -17,6 +17,7 @@ from services.timer.wheel import place_ms
 from streams.codec import RecordKind
 
 _MARKER = b"R"
+RETRY = "RETRY"  # the trigger of a retry's DueEvent
 _HEADER = 2  # marker, priority index
 
 
@@ -40,6 +41,7 @@ def fire_retry(scope: Scope, key: bytes, value: bytes) -> None:
     state = load_state(scope, parsed.job_id)
     if state is not None and state.status not in ("CANCELLED", "COMPLETED"):
         scope.emit_raw(scope.env.due_topics[value[1]], parsed.job_id, value[_HEADER:])
+        scope.env.fire_stats.add(RETRY, scope.now_ms - parsed.fire_ms)
         return
     due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[_HEADER:])
     scope.emit_outcome(

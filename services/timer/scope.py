@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from services.timer.due_bytes import DueEventBytes, due_event_record
+from services.timer.fire_stats import FireStats
 from services.timer.settings import TimerSettings
 from services.timer.stored_state import StoredStates
 from streams.codec import Codec, RecordKind
@@ -85,6 +86,8 @@ class TimerEnv:
     dead_letters: Counter[str] = field(default_factory=Counter)
     # The dag processor's verdicts on dependents' runs (``releases.py``).
     releases_topic: str = ""
+    # Fires and their lateness, outcomes recorded, backlog and wheel size (``metrics.py``).
+    fire_stats: FireStats = field(default_factory=FireStats)
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""
@@ -156,6 +159,9 @@ class Scope:
     emit_many: EmitMany | None = field(default=None)
     # The retention entry finished one-offs of this scope are listed in (``retention.py``).
     retention: RetentionBatch | None = field(default=None)
+    # After a drain: the fire time of the oldest due entry it left unfired (its batch was
+    # full), None when it fired every due entry (``metrics.py``: the due backlog).
+    unfired_ms: int | None = field(default=None)
 
     @property
     def horizon_ms(self) -> int:
@@ -178,6 +184,7 @@ class Scope:
         topic = self.env.due_topics[PRIORITY_INDEX[job["priority"]]]
         self.emit(topic, job["job_id"].encode(), value)
         self.emitted += 1
+        self.env.fire_stats.add(trigger, self.now_ms - fire_at_ms)
 
     def emit_outcome(
         self,
@@ -206,6 +213,7 @@ class Scope:
         value = self.env.codec.encode(RecordKind.EXECUTION_RESULT, record)
         self.emit(self.env.results_topic, job_id.encode(), value)
         self.emitted += 1
+        self.env.fire_stats.outcomes[status] += 1
 
     def emit_raw(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """Emit bytes built elsewhere (a carried retry DueEvent, a tombstone, a dead letter)."""

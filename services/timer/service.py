@@ -17,11 +17,13 @@ from collections.abc import Sequence
 
 from services.timer.drain import drain_due
 from services.timer.inputs import apply_input, apply_results, finish_inputs, handle_input
+from services.timer.metrics import TimerCollector
 from services.timer.pacing import DrainPacer, trickle_commit_ms
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
 from services.timer.wheel import collect_fired
 from streams import clock
+from streams.metrics import serve_metrics
 from streams.processing import InputRecord, ProcessorContext
 from streams.processor import Processor, ProcessorOptions
 
@@ -91,6 +93,7 @@ class TimerHooks:
         """
         scope = self._scope(ctx, now_ms)
         emitted = drain_due(scope, self.env.batch_size, collect=False)
+        self._note_backlog(scope, partition, now_ms)
         commit_within_ms = self.pacer.commit_within_ms(partition, emitted)
         if commit_within_ms is not None:
             ctx.request_commit(commit_within_ms)
@@ -104,8 +107,15 @@ class TimerHooks:
                 self.pacer.collect_resume(partition, resume)
 
     def on_revoked(self, partition: int) -> None:
-        """Forget the partition's drain progress."""
+        """Forget the partition's drain progress and its due backlog."""
         self.pacer.forget(partition)
+        self.env.fire_stats.backlog_ms.pop(partition, None)
+
+    def _note_backlog(self, scope: Scope, partition: int, now_ms: int) -> None:
+        """After a drain: how long the oldest due entry it left unfired has been due."""
+        unfired_ms = scope.unfired_ms
+        backlog_ms = 0 if unfired_ms is None else max(0, now_ms - unfired_ms)
+        self.env.fire_stats.backlog_ms[partition] = backlog_ms
 
     def _scope(self, ctx: ProcessorContext, now_ms: int) -> Scope:
         return Scope(
@@ -157,8 +167,15 @@ def build_processor(settings: TimerSettings, env: TimerEnv | None = None) -> Pro
 
 
 def run(settings: TimerSettings, stop_event: threading.Event) -> None:
-    """Run one timer process until ``stop_event`` is set; raises what stopped it otherwise."""
-    build_processor(settings).run(stop_event)
+    """Run one timer process until ``stop_event`` is set; raises what stopped it otherwise.
+
+    Its metrics are served on ``metrics_port`` meanwhile (0: not served).
+    """
+    env = TimerEnv.from_settings(settings)
+    processor = build_processor(settings, env)
+    collector = TimerCollector(env.fire_stats, env.dead_letters, processor.stats)
+    with serve_metrics([collector], settings.metrics_host, settings.metrics_port):
+        processor.run(stop_event)
 
 
 def _now_ms() -> int:

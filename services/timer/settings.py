@@ -26,6 +26,11 @@ class TimerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KAFKRON_TIMER_", frozen=True, extra="ignore")
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # Prometheus metrics at http://<metrics_host>:<metrics_port>/metrics (streams/metrics.py);
+    # port 0 serves none. Processes sharing a host need ports of their own; listen on
+    # 0.0.0.0 for a Prometheus on another host.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9701, ge=0, le=65535)
     # How often each owned partition's wheel is scanned for due entries.
     punctuate_interval_ms: int = Field(default=10, ge=1)
     # Entries fire (their DueEvents are emitted and committed) up to this long before their
