@@ -86,6 +86,7 @@ class Assignment:
                 if self._recovery.pending(number):
                     self._restoring.add(number)
             topics.add(topic)
+        self._recovery.end_round()  # says so now when none of them had anything to read
         self._sync_pauses()
 
     def stop_starting(self, tps: Iterable[TP]) -> None:
@@ -123,7 +124,7 @@ class Assignment:
         done = self._recovery.step(0.0)
         if done:
             self._restoring -= done
-            log.info("dedup partitions %s restored", sorted(done))
+            log.debug("dedup partitions %s restored", sorted(done))
             self._sync_pauses()
         return bool(self._restoring)
 

@@ -15,6 +15,7 @@ from streams.kafka.consumer import (
     create_restore_consumer,
 )
 from streams.kafka.producer import TransactionalProducer
+from streams.runtime_stats import RuntimeStats
 from streams.state.changelog import changelog_topic, ensure_changelog_topics
 from streams.state.recovery import Recovery
 
@@ -39,8 +40,11 @@ class ExecutorClients:
                 self.producer.close()
 
 
-def open_clients(settings: ExecutorSettings, due_topics: list[str]) -> ExecutorClients:
+def open_clients(
+    settings: ExecutorSettings, due_topics: list[str], stats: RuntimeStats | None = None
+) -> ExecutorClients:
     """Create the dedup changelog, set the group's session, init the transactional producer.
+    The dedup restores report their progress to ``stats``.
 
     The group uses KIP-848 with the broker-side range assignor (see
     :mod:`streams.kafka.consumer`): a member gets the same partition numbers of the three
@@ -75,5 +79,5 @@ def open_clients(settings: ExecutorSettings, due_topics: list[str]) -> ExecutorC
             retention_ms=settings.dedup_retention_ms,
             entries_in_index=settings.dedup_entries_in_index,
         ),
-        recovery=Recovery(create_restore_consumer(kafka, group), admin),
+        recovery=Recovery(create_restore_consumer(kafka, group), admin, stats=stats),
     )

@@ -55,6 +55,8 @@ from services.executor.stats import ExecutorStats
 from services.executor.sync_pool import SyncHandlerPool
 from streams.codec import Codec
 from streams.exceptions import KafkronError
+from streams.kafka.lag import consumer_lag
+from streams.runtime_stats import Periodic, RuntimeStats
 from streams.topics import Priority, TopicNames
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,9 @@ class ExecutorLoop:
             on_room=self._lane_has_room,
         )
         self.stats = ExecutorStats()
+        self.runtime = RuntimeStats()  # commits, dedup restores, lag (for the metrics)
+        self._sampling = Periodic()
+        self._started = False
         self._rewind: dict[TP, int] = {}  # last committed (or first consumed) position
         self._pending_seeks: dict[TP, int] = {}
         self._abort_reason: str | None = None
@@ -109,7 +114,9 @@ class ExecutorLoop:
     def start(self) -> None:
         """Open the clients and stores, and subscribe to the due topics."""
         self._loop = asyncio.get_running_loop()
-        clients = self._clients = open_clients(self.settings, list(self._lane_of_topic))
+        clients = self._clients = open_clients(
+            self.settings, list(self._lane_of_topic), self.runtime
+        )
         self._producer = clients.producer
         consuming = self._consuming = Consuming(
             clients.consumer, self.settings.consume_batch_size, _CONSUME_TIMEOUT_S
@@ -146,6 +153,14 @@ class ExecutorLoop:
             list(self._lane_of_topic), on_assign=bridge.on_assign, on_revoke=bridge.on_revoke,
             on_lost=bridge.on_lost,
         )  # fmt: skip
+        self._started = True
+
+    def live_counts(self) -> tuple[int, int, int, int]:
+        """Runs waiting for their handler, records held and buffered, and handler runs that
+        ended in the millisecond they started, so far (zeros before :meth:`start`)."""
+        if not self._started:
+            return 0, 0, 0, 0
+        return self._runs.waiting, self.held, self.buffered, self._runs.quick_runs
 
     def ready_partitions(self) -> list[TP]:
         """Owned due partitions that start runs (dedup restored, not being revoked)."""
@@ -247,6 +262,12 @@ class ExecutorLoop:
         self._producer.poll()
         if time.monotonic() - self._last_commit >= self._interval_s:
             self._commit()
+        if self._sampling.due():
+            self._consuming.queue(self._sample_lag)
+            self.runtime.store_keys = {
+                (self._clients.dedup.store.name, partition): keys
+                for partition, keys in self._clients.dedup.store.estimated_keys().items()
+            }
         if spawned or restoring:
             await asyncio.sleep(0 if spawned else _RESTORE_STEP_S)
         else:
@@ -377,6 +398,7 @@ class ExecutorLoop:
         if self._abort_reason is not None:  # a produce failed: the transaction lacks records
             self._abort(self._abort_reason)
             return
+        committing = time.monotonic()
         try:
             committed = self._committer.commit(self._runs.active)
         except CommitAbortedError as exc:
@@ -388,7 +410,12 @@ class ExecutorLoop:
             self.stats.commit_s += time.monotonic() - began
         if committed is not None:
             self.stats.commits += 1
+            self.runtime.commit_seconds.observe(time.monotonic() - committing)
             self._rewind.update(committed)
+
+    def _sample_lag(self, consumer: Consumer) -> None:
+        """On the consume thread: the due partitions' lag, for the metrics."""
+        self.runtime.lag = consumer_lag(consumer)
 
     def _abort(self, reason: str) -> None:
         log.warning("aborting the transaction (%s); rewinding to the last commit", reason)

@@ -41,6 +41,7 @@ from services.executor.deadlines import Deadlines
 from services.executor.dedup import DedupEntry, DedupStore, Progress, entry_after, skip_reason
 from services.executor.due_view import TRIGGERS, DueEventMapping, DueReader, DueView, decode_long
 from services.executor.exceptions import HandlerNotFoundError, SyncHandlersStuckError
+from services.executor.failure_logs import log_failed_attempt
 from services.executor.handlers import HandlerRegistry, RegisteredHandler
 from services.executor.holds import HeldRun, Holds
 from services.executor.lane_buffers import Buffered
@@ -168,6 +169,9 @@ class RecordRunner:
         self.running: dict[TP, dict[int, RunTask]] = {}
         self._running_ids: set[str] = set()
         self.active: set[TP] = set()  # partitions with runs since their (re)assignment
+        # Handler runs that ended in the millisecond they started (most of a no-op's): one
+        # int here per run; the others are timed into the stats' ``handler_ms``.
+        self.quick_runs = 0
 
     @property
     def waiting(self) -> int:
@@ -318,19 +322,19 @@ class RecordRunner:
             try:
                 handler = self._handler(view.handler)
             except HandlerNotFoundError as exc:
-                self._complete(view, failed_outcome(exc), tp, previous)
+                self._complete(view, failed_outcome(exc), tp, previous, ran=False)
                 return None
         if not (handler.is_async or self._sync_pool_healthy()):
             stuck = SyncHandlersStuckError(self._pool.abandoned_threads, self._pool.max_abandoned)
             self._stats.sync_refused += 1
-            self._complete(view, failed_outcome(stuck), tp, previous)
+            self._complete(view, failed_outcome(stuck), tp, previous, ran=False)
             return None
         started = self._clock.now()
         started_ms = self._clock.ms
         self._stats.started += 1  # its STARTED is produced only if it still waits at a commit
         if view.timeout_ms <= 0:
             outcome = no_time_outcome(handler.name, view.timeout_ms / 1000, started_ms)
-            self._complete(view, outcome, tp, previous)
+            self._complete(view, outcome, tp, previous, ran=False)
             return None
         ctx = HandlerContext.of_run(
             execution_id, view.job_id, handler.name, view.scheduled_for_ms, view.attempt,
@@ -445,6 +449,11 @@ class RecordRunner:
             self._complete(view, outcome, tp, previous)
             return
         result = self._splice_succeeded(view, started, self._clock.now())
+        ran_ms = self._clock.ms - started_ms
+        if ran_ms <= 0:
+            self.quick_runs += 1
+        else:
+            self._stats.handler_ms.observe(ran_ms)
         outputs = self._outputs  # self._produce(self._results, view.key, result), inline
         if not outputs:
             self._outputs_since = time.monotonic()
@@ -455,13 +464,28 @@ class RecordRunner:
         self._dedup.record(tp[1], view.execution_id, succeeded_entry(view, previous))
 
     def _complete(
-        self, view: DueView, outcome: RunOutcome, tp: TP, previous: DedupEntry | None
+        self,
+        view: DueView,
+        outcome: RunOutcome,
+        tp: TP,
+        previous: DedupEntry | None,
+        *,
+        ran: bool = True,
     ) -> None:
-        """Produce a failed attempt's result and retry or dead letter; record it in dedup.
+        """Produce a failed attempt's result and retry or dead letter; record it in dedup;
+        log the failure once. ``ran``: the handler was called (its time counts).
 
         ``previous`` is the dedup entry read before the run: only this executor writes the
         partition's entries, and a second run of the execution never starts meanwhile.
         """
+        if ran:
+            ran_ms = outcome.finished_at_ms - outcome.started_at_ms
+            if ran_ms <= 0:
+                self.quick_runs += 1
+            else:
+                self._stats.handler_ms.observe(ran_ms)
+        if outcome.status is RunStatus.TIMED_OUT:
+            self._stats.timed_out += 1
         event = self._reader.record(view)
         outputs = attempt_outputs(event, outcome, self._worker_id, now_ms())
         self._produce(self._results, view.key, self._result_bytes.encode(outputs.result))
@@ -477,14 +501,20 @@ class RecordRunner:
             progress = Progress.SUCCEEDED
         self._stats.count(progress)
         self._dedup.record(tp[1], view.execution_id, entry_after(event, progress, previous))
+        if progress is not Progress.SUCCEEDED:
+            log_failed_attempt(event, outcome, outputs)
 
     def _undecodable(
         self, tp: TP, offset: int, key: bytes | None, value: bytes | None, reason: str
     ) -> None:
-        log.warning("%s[%d]@%d dead-lettered, not a usable DueEvent: %s", *tp, offset, reason)
+        log.warning(
+            "%s[%d]@%d dead-lettered, not a usable DueEvent: %s", *tp, offset, reason,
+            extra={"topic": tp[0], "partition": tp[1], "offset": offset, "reason": reason},
+        )  # fmt: skip
         record = undecodable_dead_letter(reason, *tp, offset, key, value, now_ms())
         self._produce(self._dlq, None, self._encode(RecordKind.DEAD_LETTER, record))
         self._stats.undecodable += 1
+        self._stats.undecodable_by_topic[tp[0]] += 1
 
     def _encode(self, kind: RecordKind, record: dict[str, Any]) -> bytes:
         return self._codec.encode(kind, record)

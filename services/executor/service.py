@@ -13,10 +13,12 @@ from collections.abc import Callable
 
 from services.executor.handlers import HandlerRegistry
 from services.executor.loop import ExecutorLoop
+from services.executor.metrics import ExecutorCollector
 from services.executor.settings import ExecutorSettings
 from services.executor.stats import ExecutorStats
 from streams.codec import Codec
 from streams.exceptions import ConfigurationError
+from streams.metrics import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ async def serve(
     """Run one executor until ``stop_event`` is set; returns its counters.
 
     ``kafka_routes`` become ``kafka`` handlers producing inside the executor's transaction,
-    so their message and the execution's result commit together.
+    so their message and the execution's result commit together. Its metrics are served
+    on ``metrics_port`` meanwhile (0: not served).
     """
     registry = registry if registry is not None else build_registry(settings)
     loop = ExecutorLoop(settings, registry, Codec.from_directory())
@@ -57,10 +60,14 @@ async def serve(
     )  # fmt: skip
     if loop_ready is not None:
         loop_ready.set_result(loop)
+    metrics = serve_metrics([ExecutorCollector(loop)], settings.metrics_host, settings.metrics_port)
     try:
         await loop.run(stop_event)
     finally:
-        await registry.aclose()
+        try:
+            await registry.aclose()
+        finally:
+            metrics.close()
     return loop.stats
 
 

@@ -42,6 +42,11 @@ class ExecutorSettings(BaseSettings):
     )
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # Prometheus metrics at http://<metrics_host>:<metrics_port>/metrics (streams/metrics.py);
+    # port 0 serves none. Processes sharing a host need ports of their own; listen on
+    # 0.0.0.0 for a Prometheus on another host.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9702, ge=0, le=65535)
     # Names this process in results and its transactional producer. Give each executor a
     # stable one (executor-0, executor-1, ...): a restart then aborts its predecessor's
     # open transaction at once instead of after transaction_timeout_ms.

@@ -182,6 +182,7 @@ def executor_settings(kafka: KafkaSettings, worker_id: str, **fields: Any) -> Ex
         "commit_interval_ms": 100,
         "load_entry_points": False,
         "revoke_grace_s": 5.0,
+        "metrics_port": 0,  # many at once: a test that scrapes gives its own port
     }
     values.update(fields)
     return ExecutorSettings(**values)
@@ -259,6 +260,7 @@ class ExecutorProcess:
             "KAFKRON_EXECUTOR_COMMIT_INTERVAL_MS": "100",
             "KAFKRON_EXECUTOR_LOAD_ENTRY_POINTS": "false",
             "KAFKRON_EXECUTOR_HANDLER_SPECS": json.dumps(specs),
+            "KAFKRON_EXECUTOR_METRICS_PORT": "0",  # a test that scrapes gives its own port
             EFFECTS_ENV: str(self.effects_path),
             **env,
         }
