@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 
 from services.dag.inputs import apply_input
+from services.dag.metrics import DagCollector
 from services.dag.runs import settle_deadlines
 from services.dag.scope import (
     DEADLINES_STORE,
@@ -27,6 +28,7 @@ from services.dag.scope import (
 )
 from services.dag.settings import DagSettings
 from streams import clock
+from streams.metrics import serve_metrics
 from streams.processing import InputRecord, ProcessorContext
 from streams.processor import Processor, ProcessorOptions
 
@@ -109,8 +111,15 @@ def build_processor(settings: DagSettings, env: DagEnv | None = None) -> Process
 
 
 def run(settings: DagSettings, stop_event: threading.Event) -> None:
-    """Run one dag process until ``stop_event`` is set; raises what stopped it otherwise."""
-    build_processor(settings).run(stop_event)
+    """Run one dag process until ``stop_event`` is set; raises what stopped it otherwise.
+
+    Its metrics are served on ``metrics_port`` meanwhile (0: not served).
+    """
+    env = DagEnv.from_settings(settings)
+    processor = build_processor(settings, env)
+    collector = DagCollector(env, processor.stats)
+    with serve_metrics([collector], settings.metrics_host, settings.metrics_port):
+        processor.run(stop_event)
 
 
 def _now_ms() -> int:

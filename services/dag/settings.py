@@ -26,6 +26,11 @@ class DagSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KAFKRON_DAG_", frozen=True, extra="ignore")
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # Prometheus metrics at http://<metrics_host>:<metrics_port>/metrics (streams/metrics.py);
+    # port 0 serves none. Processes sharing a host need ports of their own; listen on
+    # 0.0.0.0 for a Prometheus on another host.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9703, ge=0, le=65535)
     # Names this process's transactional producer; give each a stable one (dag-0, dag-1...).
     instance_id: str = Field(default_factory=default_instance_id)
     # A run's state is kept this long after its deadline (run key + dag_wait_ms), so that a

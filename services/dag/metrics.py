@@ -1,0 +1,40 @@
+"""The dag processor's Prometheus metrics, built at scrape time from its counters (``scope.py``).
+
+Besides the families every processor exports (:func:`streams.metrics.runtime_families`):
+verdicts given on dependents' runs, and the input records it dead-lettered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from services.dag.scope import DagEnv
+from streams.metrics import (
+    counter_family,
+    dead_letter_family,
+    decode_failure_family,
+    runtime_families,
+)
+from streams.runtime_stats import RuntimeStats
+
+
+class DagCollector:
+    """The metric families of one dag process."""
+
+    def __init__(self, env: DagEnv, runtime: RuntimeStats) -> None:
+        self._env = env
+        self._runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        yield counter_family(
+            "kafkron_dag_verdicts_total",
+            "Verdicts on dependents' runs, by verdict: RUN (released), UPSTREAM_FAILED, MISSED.",
+            ["verdict"],
+            {(verdict,): n for verdict, n in dict(self._env.verdicts).items()},
+        )
+        dead = dict(self._env.dead_letters)
+        yield decode_failure_family(dead)
+        yield dead_letter_family({"undecodable": sum(dead.values())})
+        yield from runtime_families(self._runtime)
