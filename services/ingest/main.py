@@ -25,13 +25,16 @@ from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from services.ingest.access import BearerAuth, bind_refusal
 from services.ingest.api import create_app
 from services.ingest.create_lane import serve_creates_first
+from services.ingest.metrics import ApiCollector, app_view
 from services.ingest.settings import IngestSettings
 from streams.exceptions import ConfigurationError
 from streams.logs import configure_logging
+from streams.metrics import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ def run(settings: IngestSettings) -> None:
     check_access(settings)
     if settings.api_processes == 1:
         sys.setswitchinterval(settings.gil_switch_interval_s)
-        uvicorn.Server(_config(settings)).run()
+        _serve(settings, settings.metrics_port)
     else:
         _supervise(settings)
 
@@ -61,8 +64,17 @@ def check_access(settings: IngestSettings) -> None:
         log.info("API tokens from %s: each caller sees its tenant's jobs", settings.tokens_file)
 
 
-def _config(settings: IngestSettings) -> uvicorn.Config:
+def _serve(
+    settings: IngestSettings, metrics_port: int, sockets: list[socket.socket] | None = None
+) -> None:
+    """Serve one API process, and its metrics on ``metrics_port`` (0: none) meanwhile."""
     app = create_app(settings)
+    with serve_metrics([ApiCollector(app_view(app.state))], settings.metrics_host, metrics_port):
+        uvicorn.Server(_config(settings, app)).run(sockets=sockets)
+
+
+def _config(settings: IngestSettings, app: FastAPI | None = None) -> uvicorn.Config:
+    app = app if app is not None else create_app(settings)
     # Creates skip FastAPI's stack (serve_creates_first), so the token check goes in front.
     front = BearerAuth(serve_creates_first(app, settings), app.state.tokens, lambda: app.routes)
     return uvicorn.Config(
@@ -94,7 +106,8 @@ def _serve_process(settings_json: str, index: int) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((settings.http_host, settings.http_port))
     sys.setswitchinterval(settings.gil_switch_interval_s)
-    uvicorn.Server(_config(settings)).run(sockets=[sock])
+    metrics_port = settings.metrics_port + index if settings.metrics_port else 0
+    _serve(settings, metrics_port, [sock])
 
 
 def _supervise(settings: IngestSettings) -> None:

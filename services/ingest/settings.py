@@ -41,6 +41,11 @@ class IngestSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
+    # Prometheus metrics at http://<metrics_host>:<metrics_port>/metrics (services/ingest/
+    # metrics.py), a port of their own; API process N of api_processes on metrics_port + N.
+    # Port 0 serves none.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9704, ge=0, le=65535)
     # The API's bearer tokens (streams/api_tokens.py; 'kafkron token add' writes it), re-read
     # when it changes. Unset: no tokens, every caller is the admin, and the API listens on
     # loopback only (services/ingest/access.py).
