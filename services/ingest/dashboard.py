@@ -45,6 +45,9 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 GroupName = Literal["timer", "executor", "dag"]
+_ADMIN_ONLY = {"description": "A tenant's token: this is for an admin token"}
+_NOT_FOUND = {"description": "No job with this id is known (the detail names it)"}
+_VIEW_BEHIND = {"description": "The status view has not read this API's last write: retry"}
 
 
 class _Pages(StaticFiles):
@@ -70,7 +73,7 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
     def root() -> RedirectResponse:
         return RedirectResponse(f"{UI_URL}/")
 
-    @app.get("/api/dashboard/live", response_model=None)
+    @app.get("/api/dashboard/live", response_model=None, responses={403: _ADMIN_ONLY})
     def live(
         request: Request,
         caller: CallerOf,
@@ -85,7 +88,7 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
         body = view_of(request).recent_outcomes.series(now_ms, seconds)
         return json_answer({"now_ms": now_ms, **body})
 
-    @app.get("/api/dashboard/partitions", response_model=None)
+    @app.get("/api/dashboard/partitions", response_model=None, responses={403: _ADMIN_ONLY})
     async def partitions(caller: CallerOf, group: GroupName | None = None) -> Response:
         """The service groups (or ``group``): state, members, and per partition its owner
         (a member's client id), committed offset, end (high watermark) and lag (an admin
@@ -95,7 +98,11 @@ def install_dashboard(app: FastAPI, settings: IngestSettings) -> None:
         chosen = [g for g in found if group is None or g["name"] == group]
         return json_answer({"namespace": settings.kafka.namespace, "groups": chosen})
 
-    @app.get("/api/dashboard/jobs/{job_id}/next-fires", response_model=None)
+    @app.get(
+        "/api/dashboard/jobs/{job_id}/next-fires",
+        response_model=None,
+        responses={404: _NOT_FOUND, 503: _VIEW_BEHIND},
+    )
     def next_fires(
         request: Request,
         caller: CallerOf,

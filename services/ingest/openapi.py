@@ -101,8 +101,8 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[str, Any]] = {
     ("/api/jobs", "get"): {
         "200": _json_of(JobPage, "A page of jobs in job id order"),
         "422": _message(
-            "loc [query, status|tenant|handler|limit]: not a valid value; [query, label]: not "
-            "key:value; [query, cursor]: not a cursor this API returned"
+            "loc [query, status|tenant|handler|id_prefix|limit]: not a valid value; "
+            "[query, label]: not key:value; [query, cursor]: not a cursor this API returned"
         ),
     },
     (f"{_JOB_ID}/executions", "get"): {

@@ -278,6 +278,9 @@ OPERATIONS = [
     (POST, "/api/dead-letter/{execution_id}/replay", False),
     (GET, "/api/dag-runs/{root_job_id}/{run_key_ms}", True),
     (GET, "/healthz", False),
+    (GET, "/api/dashboard/live", True),
+    (GET, "/api/dashboard/partitions", True),
+    (GET, "/api/dashboard/jobs/{job_id}/next-fires", True),
 ]
 FUZZED = [
     pytest.param(method, path, mode, id=f"{method} {path} {mode.value}")
