@@ -70,6 +70,16 @@ class FireStats:
             return
         buckets = self.buckets(SCHEDULE)
         counts = buckets.counts
+        # Lateness falls along the run: when its first and last fall in one bucket, all do
+        # (a herd's instant; a trickle fired ahead, all 0).
+        most_late = now_ms - fire_ms_of(entries[0][0])
+        first = bisect_left(LATENESS_BOUNDS_MS, most_late)
+        if first == bisect_left(LATENESS_BOUNDS_MS, now_ms - fire_ms_of(entries[count - 1][0])):
+            counts[first] += count
+            if most_late > 0:
+                late = bisect_left(entries, pack_ms(now_ms), 0, count, key=_key_of)
+                buckets.total += late_ms_sum(entries, 0, late, now_ms)
+            return
         # Entries before ``above[i]`` are due before now - bound i: later than that bound.
         above = [
             bisect_left(entries, pack_ms(now_ms - bound), 0, count, key=_key_of)
