@@ -45,6 +45,7 @@ from streams.processing import ProcessorContext, ProcessorHookError, ProcessorHo
 from streams.runtime_stats import Periodic, RuntimeStats
 from streams.settings import KafkaSettings
 from streams.state.changelog import changelog_topic, ensure_changelog_topics
+from streams.state.exceptions import StoreError
 from streams.state.recovery import Recovery, RecoveryProgress
 from streams.state.store import Store
 
@@ -301,6 +302,10 @@ class Processor:
             hook(*args)
         except KafkaOperationError:
             raise  # the transaction failed under the hook: poll_once aborts and reprocesses
+        except StoreError:  # damaged or full: its message says what to do (state/damage.py)
+            self._failed = True
+            self._checkpoint.abort()
+            raise
         except Exception as exc:
             self._failed = True
             self._checkpoint.abort()

@@ -22,3 +22,18 @@ class ChangelogOffsetRegressionError(StoreError):
 
     Usually two owners wrote one partition; the partition must be restored from its changelog.
     """
+
+
+class StoreCorruptedError(StoreError):
+    """A partition store's files are damaged; the next open rebuilds it from its changelog.
+
+    See :mod:`streams.state.damage` for what kafkron does with a damaged store.
+    """
+
+
+class StoreDiskFullError(StoreError):
+    """The disk holding a partition store is full: the service stops until space is freed."""
+
+
+class StoreInUseError(StoreError):
+    """Another process holds the partition store's RocksDB lock."""

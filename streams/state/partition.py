@@ -2,14 +2,19 @@
 
 The changelog offset lives in its own column family, written in the same WriteBatch as the
 data it describes, so after any crash the database and its offset agree.
+
+A RocksDB error (damaged files, a full disk) raises the :class:`StoreError` that
+:mod:`streams.state.damage` makes of it, and the store refuses further use; a damaged store
+is marked to be rebuilt from its changelog at its next open.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from rocksdict import (
     BlockBasedOptions,
@@ -22,10 +27,18 @@ from rocksdict import (
     WriteOptions,
 )
 
-from streams.state.exceptions import ChangelogOffsetRegressionError, StoreClosedError
+from streams.state.damage import mark_damaged, store_error
+from streams.state.exceptions import (
+    ChangelogOffsetRegressionError,
+    StoreClosedError,
+    StoreCorruptedError,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     from streams.state.transaction import StoreTransaction
+
+log = logging.getLogger(__name__)
 
 META_COLUMN_FAMILY = "kafkron.meta"
 CHANGELOG_OFFSET_KEY = b"changelog_offset"
@@ -107,6 +120,7 @@ class PartitionStore:
         # punctuation while nothing is due (each seek steps through every level and the
         # deletion markers of the fired entries collected; ~4% of the timer's CPU at 1M).
         self._gap: tuple[bytes, bytes | None] | None = None
+        self._error: StoreError | None = None  # the first RocksDB error: the store is unusable
 
     @property
     def closed(self) -> bool:
@@ -120,7 +134,11 @@ class PartitionStore:
 
     def changelog_offset(self) -> int | None:
         """Offset of the last changelog record applied to this database, or None."""
-        raw = self._meta_db().get(CHANGELOG_OFFSET_KEY)
+        meta = self._meta_db()
+        try:
+            raw = meta.get(CHANGELOG_OFFSET_KEY)
+        except Exception as exc:
+            self._raise_failed(exc, "reading")
         return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
     def estimated_keys(self) -> int:
@@ -130,7 +148,11 @@ class PartitionStore:
 
     def get(self, key: bytes) -> bytes | None:
         """The committed value of ``key``, or None."""
-        value: bytes | None = self._data_db().get(key)
+        db = self._data_db()
+        try:
+            value: bytes | None = db.get(key)
+        except Exception as exc:
+            self._raise_failed(exc, "reading")
         return value
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -142,8 +164,12 @@ class PartitionStore:
         if not keys:
             return []
         request: list[str | int | float | bytes | bool] = list(keys)
-        # A list of keys gives a list of values (the stub types the result as one value).
-        return cast("list[bytes | None]", self._data_db().get(request))
+        db = self._data_db()
+        try:
+            # A list of keys gives a list of values (the stub types the result as one value).
+            return cast("list[bytes | None]", db.get(request))
+        except Exception as exc:
+            self._raise_failed(exc, "reading")
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` committed items with ``start <= key < end``, in key order."""
@@ -159,18 +185,40 @@ class PartitionStore:
         return found
 
     def _scan(self, start: bytes, end: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
+        db = self._data_db()
         read_options = ReadOptions()
         if end is not None:
             read_options.set_iterate_upper_bound(end)
         # One call per item (items()) instead of four (valid, key, value, next): ~2x faster.
         items = cast(
-            "Iterable[tuple[bytes, bytes]]",
-            self._data_db().items(from_key=start, read_opt=read_options),
+            "Iterable[tuple[bytes, bytes]]", db.items(from_key=start, read_opt=read_options)
         )
         try:
-            return list(islice(items, limit))
+            found = list(islice(items, limit))
+        except Exception as exc:
+            self._raise_failed(exc, "reading")
         finally:
             del items  # an iterator keeps the database open
+        if len(found) < limit:
+            self._check_scan_end(db, found[-1][0] + b"\x00" if found else start, read_options)
+        return found
+
+    def _check_scan_end(self, db: Rdict, after: bytes, read_options: ReadOptions) -> None:
+        """Raise when a scan ended early because of an error, not at its end.
+
+        ``items()`` ends its iteration on an error as if the range were exhausted (a data
+        block failing its checksum ends it silently): a new iterator sought to the first key
+        after the scan's last one reads the same block and reports the error (~3-8 us, only
+        for a scan that returned less than its limit).
+        """
+        iterator = db.iter(read_options)
+        try:
+            iterator.seek(after)
+            iterator.status()  # raises the iterator's error
+        except Exception as exc:
+            self._raise_failed(exc, "reading")
+        finally:
+            del iterator
 
     def write(
         self,
@@ -210,27 +258,58 @@ class PartitionStore:
                 changelog_offset.to_bytes(8, "big", signed=True),
                 self._meta_handle,
             )
-        if wal:
-            self._data_db().write(batch)
-        else:
-            self._data_db().write(batch, _unlogged())
+        db = self._data_db()
+        try:
+            if wal:
+                db.write(batch)
+            else:
+                db.write(batch, _unlogged())
+        except Exception as exc:
+            self._raise_failed(exc, "writing")
 
     def flush(self) -> None:
         """Persist every memtable to SST files: the data, then the offset that describes it."""
-        self._data_db().flush(True)
-        self._meta_db().flush(True)
+        data, meta = self._data_db(), self._meta_db()
+        try:
+            data.flush(True)
+            meta.flush(True)
+        except Exception as exc:
+            self._raise_failed(exc, "flushing")
 
     def close(self) -> None:
-        """Close the database; idempotent."""
+        """Close the database; idempotent. After a RocksDB error the close's own error (the
+        same full disk, say) is only logged: the first error is the one that tells."""
         if self._db is None:
             return
         self._meta = None
         self._meta_handle = None
         db, self._db = self._db, None
         self._gap = None
-        db.close()
+        try:
+            db.close()
+        except Exception as exc:
+            if self._error is not None:
+                log.warning("closing the failed store %s: %s", self.path, exc)
+                return
+            self._raise_failed(exc, "closing")
+
+    def _raise_failed(self, exc: Exception, doing: str) -> NoReturn:
+        """Raise what RocksDB's ``exc`` means (see :mod:`streams.state.damage`): the first
+        such error is kept and raised by every later use, and a damaged store is marked to
+        be rebuilt at its next open. An error that is not RocksDB's is raised as it is."""
+        if self._error is not None:
+            raise self._error from exc
+        error = store_error(exc, self.path, doing)
+        if error is None:
+            raise exc
+        if isinstance(error, StoreCorruptedError):
+            mark_damaged(self.path, str(exc).splitlines()[0] if str(exc) else doing)
+        self._error = error
+        raise error from exc
 
     def _data_db(self) -> Rdict:
+        if self._error is not None:
+            raise self._error
         if self._db is None:
             raise StoreClosedError(
                 f"partition store {self.path} is closed (its partition was revoked or the "

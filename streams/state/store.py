@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rocksdict import WriteBufferManager
 
+from streams.state.damage import open_or_rebuild
 from streams.state.exceptions import StoreError
 from streams.state.partition import PartitionStore
 
@@ -53,11 +54,15 @@ class Store:
         return {number: store.estimated_keys() for number, store in self._partitions.items()}
 
     def open_partition(self, partition: int) -> PartitionStore:
-        """Open (or return the already open) partition store."""
+        """Open (or return the already open) partition store; a damaged one is moved aside
+        and opened anew, empty, for its restore to rebuild (:mod:`streams.state.damage`)."""
         store = self._partitions.get(partition)
         if store is None:
-            store = PartitionStore(
-                self.path / str(partition), partition, self.changelog_topic, self._write_buffers
+            path = self.path / str(partition)
+            store = open_or_rebuild(  # a damaged directory is moved aside: see damage.py
+                path,
+                lambda: PartitionStore(path, partition, self.changelog_topic, self._write_buffers),
+                f"partition {partition} of store {self.name} (changelog {self.changelog_topic})",
             )
             self._partitions[partition] = store
         return store
