@@ -22,7 +22,7 @@ more than :attr:`BrokerClock.error_ms` as measured by the broker's clock (a few 
 machine or a LAN). Before the first probe answers (or without the clock topic) the process
 reads its own wall clock and says so in its log, once.
 
-The base is one module global, read by :func:`now_ms` on the hot path (one addition), and
+The base is one module global, :data:`base_ms`, read by :func:`now_ms` (one addition) and
 set only by the process's :class:`BrokerClock`.
 """
 
@@ -49,12 +49,15 @@ DRIFT_PPM = 100
 SKEW_WARNING_MS = 1_000
 """A host clock further than this from the broker's is reported in the log."""
 
-_base_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+base_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+"""``now_ms() - monotonic ms``. The executor's compiled hot modules add it to
+``time.monotonic_ns() // 1_000_000`` themselves: a call into this (interpreted) module costs
+them ~0.1 us per read, 5% of a no-op execution's record path."""
 
 
 def now_ms() -> int:
     """Epoch milliseconds by the broker's clock (this host's until a probe answered)."""
-    return time.monotonic_ns() // 1_000_000 + _base_ms
+    return time.monotonic_ns() // 1_000_000 + base_ms
 
 
 def host_skew_ms() -> int:
@@ -152,11 +155,11 @@ class BrokerClock:
         return sample
 
     def _apply(self, sample: ClockSample) -> None:
-        global _base_ms
+        global base_ms
         self._samples = [*self._samples[-(self._samples_kept - 1) :], sample]
         mono_ms = sample.taken_mono_ms
         best = min(self._samples, key=lambda s: s.error_at(mono_ms))
-        _base_ms = round(best.base_ms)
+        base_ms = round(best.base_ms)
         self.error_ms = best.error_at(mono_ms) + 0.5  # and the rounding
         if self._failure_reported:
             log.info("broker clock answers again on %s", self.topic)

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import operator
 import struct
+import time
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from itertools import repeat
@@ -182,7 +183,7 @@ def check_retention_covers_due_topics(
 
 
 def _wall_clock_ms() -> int:
-    return clock.now_ms()
+    return time.monotonic_ns() // 1_000_000 + clock.base_ms  # clock.now_ms(), inlined
 
 
 class Progress(Enum):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import time
 from collections.abc import Callable, Collection
 
 from services.executor.assignment import TP, Token
@@ -36,7 +37,7 @@ from streams import clock
 
 
 def now_ms() -> int:
-    return clock.now_ms()
+    return time.monotonic_ns() // 1_000_000 + clock.base_ms  # clock.now_ms(), inlined
 
 
 class HeldRun:

@@ -17,6 +17,7 @@ every record instead. ``tests/services/executor/test_service_outcomes.py`` and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,7 +51,7 @@ class AvroClock:
 
     def now(self) -> bytes:
         """Read the clock; returns the Avro encoding of the new :attr:`ms`."""
-        ms = clock.now_ms()
+        ms = time.monotonic_ns() // 1_000_000 + clock.base_ms  # clock.now_ms(), inlined
         if ms != self.ms:
             self.ms = ms
             self.raw = avro_long(ms)
