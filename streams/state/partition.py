@@ -277,8 +277,10 @@ class PartitionStore:
             self._raise_failed(exc, "flushing")
 
     def close(self) -> None:
-        """Close the database; idempotent. After a RocksDB error the close's own error (the
-        same full disk, say) is only logged: the first error is the one that tells."""
+        """Close the database; idempotent. A failed close (a full disk, say) is logged, not
+        raised: what it could not flush is in the write-ahead log or, for a restore's
+        writes, behind the stored changelog offset, so the next open or restore brings it
+        back; and a service stopping on an error reports that error, not its close's."""
         if self._db is None:
             return
         self._meta = None
@@ -288,10 +290,8 @@ class PartitionStore:
         try:
             db.close()
         except Exception as exc:
-            if self._error is not None:
-                log.warning("closing the failed store %s: %s", self.path, exc)
-                return
-            self._raise_failed(exc, "closing")
+            level = logging.WARNING if self._error is not None else logging.ERROR
+            log.log(level, "closing the store %s failed: %s", self.path, exc)
 
     def _raise_failed(self, exc: Exception, doing: str) -> NoReturn:
         """Raise what RocksDB's ``exc`` means (see :mod:`streams.state.damage`): the first

@@ -70,8 +70,7 @@ def damage(path: Path, how: str, seed: int = 0) -> list[Path]:
         elif how == "sst-footer-garbage":
             _overwrite(table, size - 64, rng.randbytes(64))
         elif how == "sst-garbage":
-            # Data blocks come first in a table file: the first third is all data.
-            _overwrite(table, size // 6, rng.randbytes(max(1, size // 6)))
+            _overwrite(table, 0, rng.randbytes(max(1, size // 2)))
         else:
             raise ValueError(f"unknown damage {how!r}; one of {DAMAGES}")
     return tables
