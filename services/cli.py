@@ -17,6 +17,7 @@ from services.operator_cli import (
     dead_letters,
     job_actions,
     job_views,
+    migrate_command,
     token_commands,
 )
 from streams.exceptions import KafkronError
@@ -25,7 +26,7 @@ HELP = """kafkron: a distributed job scheduler on Apache Kafka.
 
 Jobs: submit, list, show, history, cancel, pause, resume, trigger, backfill (over the REST
 API); dlq list|replay (over Kafka). Local cluster: up, broker, topics. Services: timer, dag,
-executor, api. API tokens: token add|list|revoke.
+executor, api. API tokens: token add|list|revoke. More partitions: migrate (over Kafka).
 
 Every command finds the cluster that 'kafkron up' started through the profile it writes,
 unless its flags (--api, --bootstrap, --namespace) or the environment (KAFKRON_API_URL,
@@ -64,6 +65,7 @@ for _command in (
     backfill.backfill,
     *cluster.COMMANDS,
     *token_commands.COMMANDS,
+    migrate_command.migrate,
 ):
     root.add_command(_command)
 for _register in commands.REGISTRARS:
