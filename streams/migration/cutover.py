@@ -311,7 +311,11 @@ class NamespaceMigration:
                 writer.write(key, self._codec.encode(RecordKind.JOB, move.new_record))
         writer.flush()
         self._advance(state, Phase.COPIED)
-        self._say(f"copied {writer.written:,} jobs to {new_jobs} ({state.partitions} partitions)")
+        left_s = (state.cutover_ms - clock.now_ms()) / 1000
+        self._say(
+            f"copied {writer.written:,} jobs to {new_jobs} ({state.partitions} partitions), "
+            f"{left_s:.1f} s before the cut-over"
+        )
         group = state.new_namespace + TIMER_GROUP  # 8
         took = group_members(new, group) > 0 and self._wait_committed(
             new, group, new_jobs, writer.last_offsets, max(state.cutover_ms, clock.now_ms()), poll_s
