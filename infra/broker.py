@@ -1,7 +1,9 @@
-"""Format, start, stop and inspect the local single-node KRaft Kafka broker.
+"""Format, start, stop and inspect one local KRaft Kafka node (broker and controller in one JVM).
 
 State lives under ``BrokerSettings.home``: ``config/``, ``data/``, ``logs/`` and
-``broker.json`` (pid and ports of the running broker).
+``broker.json`` (pid and ports of the running broker). Alone, a node is its own controller
+quorum (the default local broker); given a :class:`Membership` it is one node of a
+multi-node cluster (``infra/cluster.py``).
 """
 
 from __future__ import annotations
@@ -34,10 +36,48 @@ class BrokerState:
     pid: int
     port: int
     controller_port: int
+    node_id: int = 1
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class Membership:
+    """What makes a node one of several: the shared cluster id, the controller quorum
+    (``1@127.0.0.1:port,2@...``), the replication of Kafka's internal topics, and how soon a
+    silent node is fenced (its partitions then move to the other replicas)."""
+
+    cluster_id: str
+    voters: str
+    replication_factor: int
+    min_insync_replicas: int
+    broker_heartbeat_interval_ms: int = 1000
+    broker_session_timeout_ms: int = 4000
+
+    def properties(self) -> dict[str, object]:
+        """The placeholders of ``server.properties`` a member fills."""
+        fields = asdict(self)
+        del fields["cluster_id"]
+        return fields
+
+
+def _alone(controller_port: int) -> dict[str, object]:
+    """The placeholders of a single node: its own quorum, Kafka's defaults otherwise."""
+    return {
+        "voters": f"1@127.0.0.1:{controller_port}",
+        "replication_factor": 1,
+        "min_insync_replicas": 1,
+        "broker_heartbeat_interval_ms": 2000,
+        "broker_session_timeout_ms": 9000,
+    }
+
+
+def new_cluster_id() -> str:
+    """A random KRaft cluster id: URL-safe base64 of 16 bytes, not starting with '-'."""
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return "A" + cluster_id[1:] if cluster_id.startswith("-") else cluster_id
 
 
 def free_port() -> int:
@@ -62,10 +102,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 class LocalBroker:
-    """One broker home folder: fetch, format once, start (idempotent), stop, status."""
+    """One broker home folder: fetch, format once, start (idempotent), stop, status.
 
-    def __init__(self, settings: BrokerSettings) -> None:
+    ``node_id`` and ``membership`` make it one node of a cluster; without them it is the
+    single node 1, its own quorum."""
+
+    def __init__(
+        self, settings: BrokerSettings, node_id: int = 1, membership: Membership | None = None
+    ) -> None:
         self.settings = settings
+        self.node_id = node_id
+        self.membership = membership
         self.home = settings.home.resolve()
         self.state_file = self.home / "broker.json"
         self.log_dir = self.home / "logs"
@@ -101,11 +148,15 @@ class LocalBroker:
 
     def start(self) -> BrokerState:
         """Start the broker unless it already runs; return once it answers, or raise."""
+        state = self.launch()
+        self.wait_ready(state)
+        return state
+
+    def launch(self) -> BrokerState:
+        """Start the JVM unless it already runs, without waiting for it to answer (a cluster's
+        nodes answer only once a quorum of them runs: launch all, then wait for each)."""
         state = self.running_state()
         if state is not None:
-            if self.answers(state.bootstrap, timeout_s=10):
-                return state
-            self._wait_ready(state, time.monotonic() + self.settings.start_timeout_s)
             return state
         libs = fetch_jars(self.settings)
         previous = self.read_state()
@@ -114,10 +165,28 @@ class LocalBroker:
         cport = cport or free_port()
         config = self._write_config(port, cport)
         self._format_once(libs, config)
-        state = BrokerState(pid=self._spawn(libs, config), port=port, controller_port=cport)
+        pid = self._spawn(libs, config)
+        state = BrokerState(pid=pid, port=port, controller_port=cport, node_id=self.node_id)
         self.state_file.write_text(json.dumps(asdict(state)))
-        self._wait_ready(state, time.monotonic() + self.settings.start_timeout_s)
         return state
+
+    def wait_ready(self, state: BrokerState) -> None:
+        """Until the broker answers a metadata request; raise with its log if it exits or
+        stays silent past ``start_timeout_s``."""
+        self._wait_ready(state, time.monotonic() + self.settings.start_timeout_s)
+
+    def kill(self) -> bool:
+        """SIGKILL the broker (a crash: no controlled shutdown); False if none ran."""
+        state = self.running_state()
+        if state is None:
+            return False
+        os.kill(state.pid, signal.SIGKILL)
+        while _pid_alive(state.pid):
+            time.sleep(0.02)
+        if self._process is not None:
+            self._process.wait()
+            self._process = None
+        return True
 
     def stop(self) -> bool:
         """SIGTERM the broker, SIGKILL it after the grace period; False if none ran."""
@@ -125,7 +194,10 @@ class LocalBroker:
         if state is None:
             return False
         os.kill(state.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.stop_grace_s
+        return self.finish_stop(state, time.monotonic() + self.settings.stop_grace_s)
+
+    def finish_stop(self, state: BrokerState, deadline: float) -> bool:
+        """After SIGTERM: wait for the exit until ``deadline`` (monotonic), then SIGKILL."""
         while time.monotonic() < deadline and _pid_alive(state.pid):
             time.sleep(0.2)
         if _pid_alive(state.pid):
@@ -151,10 +223,17 @@ class LocalBroker:
         config_dir = self.home / "config"
         config_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        member = self.membership
         props = (
             (_HERE / "server.properties")
             .read_text()
-            .format(port=port, controller_port=controller_port, data_dir=self.home / "data")
+            .format(
+                node_id=self.node_id,
+                port=port,
+                controller_port=controller_port,
+                data_dir=self.home / "data",
+                **(member.properties() if member else _alone(controller_port)),
+            )
         )
         (config_dir / "server.properties").write_text(props)
         log4j = (_HERE / "log4j2.properties").read_text().format(log_dir=self.log_dir)
@@ -164,9 +243,7 @@ class LocalBroker:
     def _format_once(self, libs: Path, config: Path) -> None:
         if (self.home / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if cluster_id.startswith("-"):
-            cluster_id = "A" + cluster_id[1:]
+        cluster_id = self.membership.cluster_id if self.membership else new_cluster_id()
         java = require_tool("java", "apt-get install openjdk-17-jre-headless")
         cmd = [
             java, "-cp", f"{libs}/*", f"-Dlog4j2.configurationFile={config}/log4j2.properties",

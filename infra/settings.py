@@ -1,4 +1,5 @@
-"""Settings of the local single-node Kafka broker that kafkron runs for development and tests."""
+"""Settings of the local Kafka broker (one node, or a local cluster of several) that kafkron
+runs for development and tests."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ class BrokerSettings(BaseSettings):
     """Where the local broker lives and how it starts; env prefix ``KAFKRON_BROKER_``.
 
     ``port`` 0 picks a free port at first start and keeps it for that home folder.
+    ``count`` > 1 runs that many KRaft nodes from ``home/node-<id>`` (``infra/cluster.py``),
+    node N on ``port + N - 1``; ``heap_mb`` is each node's.
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKRON_BROKER_", frozen=True, extra="ignore")
@@ -19,6 +22,7 @@ class BrokerSettings(BaseSettings):
     home: Path = Path(".state/broker")
     kafka_version: str = "4.4.0"
     log4j_version: str = "2.25.3"
+    count: int = Field(default=1, ge=1, le=9)
     port: int = Field(default=9092, ge=0, le=65535)
     controller_port: int = Field(default=0, ge=0, le=65535)
     heap_mb: int = Field(default=768, ge=256)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from infra.broker import LocalBroker
+from infra.cluster import ClusterState, LocalCluster, replication_of
 from infra.settings import BrokerSettings
 from services.operator_cli.profile import (
     Profile,
@@ -25,7 +25,7 @@ from services.operator_cli.profile import (
     write_profile,
 )
 from services.readiness import Readiness, wait_until_ready
-from streams.admin import ensure_topics
+from streams.admin import durability_configs, ensure_topics
 from streams.exceptions import KafkronError
 from streams.settings import KafkaSettings
 
@@ -114,13 +114,24 @@ def run_local_cluster(
     (when given) once all serve; run until stopped."""
     import os
 
-    broker = LocalBroker(broker_settings)
+    broker = LocalCluster(broker_settings)
     state = broker.start()
-    print(f"[kafkron] broker ready on {state.bootstrap}")
-    kafka = kafka.model_copy(update={"bootstrap_servers": state.bootstrap})
+    kafka = on_local_kafka(kafka, state)
+    if len(state.nodes) == 1:
+        print(f"[kafkron] broker ready on {state.bootstrap}")
+    else:
+        print(
+            f"[kafkron] {len(state.nodes)} brokers ready on {state.bootstrap} (topics: "
+            f"{kafka.replication_factor} replicas, min.insync.replicas "
+            f"{durability_configs(kafka).get('min.insync.replicas', 1)})"
+        )
     for report in ensure_topics(kafka):
         print(f"[kafkron] topic {report.name}: {report.partitions} partitions")
-    env = dict(os.environ, KAFKRON_BOOTSTRAP_SERVERS=state.bootstrap)
+    env = dict(
+        os.environ,
+        KAFKRON_BOOTSTRAP_SERVERS=state.bootstrap,
+        KAFKRON_REPLICATION_FACTOR=str(kafka.replication_factor),
+    )
     services = local_services()
     stop = threading.Event()
 
@@ -163,6 +174,15 @@ def run_local_cluster(
         stop_services(services)
         broker.stop()
         print("[kafkron] stopped")
+
+
+def on_local_kafka(kafka: KafkaSettings, state: ClusterState) -> KafkaSettings:
+    """``kafka`` pointed at the local Kafka: its bootstrap servers and, on a cluster, a
+    replication factor of 3 (at most its size) unless KAFKRON_REPLICATION_FACTOR says."""
+    update: dict[str, object] = {"bootstrap_servers": state.bootstrap}
+    if "replication_factor" not in kafka.model_fields_set:
+        update["replication_factor"] = replication_of(len(state.nodes))[0]
+    return kafka.model_copy(update=update)
 
 
 def _write_profile(path: Path, kafka: KafkaSettings, token: str | None) -> None:

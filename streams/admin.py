@@ -25,6 +25,22 @@ class TopicReport:
     created: bool
 
 
+def durability_configs(settings: KafkaSettings) -> dict[str, str]:
+    """Topic configs for the replication of ``settings``: ``min.insync.replicas`` when there
+    are replicas (none for one: the broker's default stays), so that an ``acks=all`` write
+    is acknowledged only once that many brokers have it."""
+    factor, wanted = settings.replication_factor, settings.min_insync_replicas
+    if wanted is not None and wanted > factor:
+        raise TopicLayoutError(
+            f"min.insync.replicas {wanted} exceeds the replication factor {factor}: every "
+            "acks=all write would fail. Lower KAFKRON_MIN_INSYNC_REPLICAS or raise "
+            "KAFKRON_REPLICATION_FACTOR"
+        )
+    if factor == 1 and wanted is None:
+        return {}
+    return {"min.insync.replicas": str(wanted or (2 if factor >= 3 else 1))}
+
+
 def admin_client(settings: KafkaSettings) -> AdminClient:
     """An AdminClient with the operator's librdkafka settings."""
     return AdminClient(settings.client_config())
@@ -77,13 +93,15 @@ def ensure_topics(settings: KafkaSettings, extra: Iterable[TopicSpec] = ()) -> l
     """
     names = TopicNames(settings.namespace)
     specs = {names.name(spec.base_name): spec for spec in (*BASE_TOPICS, *extra)}
+    durability = durability_configs(settings)
     admin = admin_client(settings)
     existing = existing_partition_counts(admin, specs)
     wanted = settings.partitions
     _check_co_partitioning(existing, specs, settings.partitions)
     missing = [
         NewTopic(name, num_partitions=spec.partitions or wanted,
-                 replication_factor=settings.replication_factor, config=spec.configs())
+                 replication_factor=settings.replication_factor,
+                 config={**spec.configs(), **durability})
         for name, spec in specs.items() if name not in existing
     ]  # fmt: skip
     created: set[str] = set()

@@ -25,6 +25,9 @@ class KafkaSettings(BaseSettings):
     namespace: str = "kafkron."
     partitions: int = Field(default=12, ge=1)
     replication_factor: int = Field(default=1, ge=1)
+    # min.insync.replicas of the topics kafkron creates; None: 2 from a replication factor
+    # of 3 (an acks=all write is on 2 brokers; one may die), else 1 (streams/admin.py).
+    min_insync_replicas: int | None = Field(default=None, ge=1)
     # Extra librdkafka settings (SASL, SSL, ...) merged into every client's config.
     librdkafka: dict[str, Any] = Field(default_factory=dict)
     state_dir: Path = Path(".state")

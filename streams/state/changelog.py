@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-from streams.admin import admin_client, existing_partition_counts
+from streams.admin import admin_client, durability_configs, existing_partition_counts
 from streams.exceptions import TopicLayoutError
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
@@ -51,7 +51,7 @@ def ensure_changelog_topics(
             name,
             num_partitions=partitions,
             replication_factor=settings.replication_factor,
-            config={"cleanup.policy": "compact"},
+            config={"cleanup.policy": "compact", **durability_configs(settings)},
         )
         for name in names
         if name not in existing

@@ -7,7 +7,12 @@ import time
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from streams.admin import admin_client, ensure_topics, existing_partition_counts
+from streams.admin import (
+    admin_client,
+    durability_configs,
+    ensure_topics,
+    existing_partition_counts,
+)
 from streams.exceptions import TopicLayoutError
 from streams.settings import KafkaSettings
 from streams.topics import BASE_TOPICS, CLOCK, TopicNames
@@ -55,3 +60,27 @@ def test_mismatched_partition_count_fails_and_changes_nothing(
     assert names.retry in str(error.value) and "2 partitions" in str(error.value)
     existing = existing_partition_counts(admin, [names.name(s.base_name) for s in BASE_TOPICS])
     assert existing == {names.retry: 2}
+
+
+@pytest.mark.parametrize(
+    ("factor", "wanted", "configs"),
+    [
+        (1, None, {}),  # one broker: the broker's default stays, as before
+        (2, None, {"min.insync.replicas": "1"}),
+        (3, None, {"min.insync.replicas": "2"}),
+        (5, None, {"min.insync.replicas": "2"}),
+        (3, 3, {"min.insync.replicas": "3"}),
+        (1, 1, {"min.insync.replicas": "1"}),
+    ],
+)
+def test_durability_configs_follow_the_replication_factor(
+    factor: int, wanted: int | None, configs: dict[str, str]
+) -> None:
+    settings = KafkaSettings(replication_factor=factor, min_insync_replicas=wanted)
+    assert durability_configs(settings) == configs
+
+
+def test_more_insync_replicas_than_replicas_is_refused_with_what_to_do() -> None:
+    settings = KafkaSettings(replication_factor=2, min_insync_replicas=3)
+    with pytest.raises(TopicLayoutError, match="KAFKRON_MIN_INSYNC_REPLICAS"):
+        durability_configs(settings)
