@@ -14,6 +14,7 @@ from types import FrameType
 from services.dag.service import run
 from services.dag.settings import DagSettings
 from streams.clock import broker_clock
+from streams.kafka.connection import broker_connection_log
 from streams.logs import configure_logging
 
 
@@ -31,7 +32,7 @@ def main() -> None:
     logging.getLogger(__name__).info(
         "dag processor %s starting in group %s", settings.instance_id, settings.group_id()
     )
-    with broker_clock(settings.kafka, "dag"):
+    with broker_connection_log(settings.kafka), broker_clock(settings.kafka, "dag"):
         run(settings, stop)
 
 

@@ -15,6 +15,7 @@ from types import FrameType
 from services.executor.service import run
 from services.executor.settings import ExecutorSettings
 from streams.clock import broker_clock
+from streams.kafka.connection import broker_connection_log
 from streams.logs import configure_logging
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     # keeping it out of the collector's full scans saves ~1 us of CPU per execution.
     gc.collect()
     gc.freeze()
-    with broker_clock(settings.kafka, "executor"):
+    with broker_connection_log(settings.kafka), broker_clock(settings.kafka, "executor"):
         run(settings, stop)
 
 

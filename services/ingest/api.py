@@ -55,6 +55,7 @@ from services.ingest.view_store import InvalidCursorError
 from streams.api_tokens import TokenTable
 from streams.codec import Codec
 from streams.exceptions import KafkaDeliveryError
+from streams.kafka.connection import broker_connection_log
 
 
 def _unprocessable(errors: list[dict[str, Any]], prefix: str) -> Response:
@@ -125,17 +126,18 @@ def create_app(settings: IngestSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        view = StatusView(settings, codec).start()
-        client = KafkronClient(settings, lookup=view, codec=codec)
-        app.state.view, app.state.client = view, client
-        app.state.creates = AsyncCreates(client, view, settings, codec)
-        try:
-            yield
-        finally:
+        with broker_connection_log(settings.kafka):  # one line when a broker goes, one back
+            view = StatusView(settings, codec).start()
+            client = KafkronClient(settings, lookup=view, codec=codec)
+            app.state.view, app.state.client = view, client
+            app.state.creates = AsyncCreates(client, view, settings, codec)
             try:
-                client.close()
+                yield
             finally:
-                view.close()
+                try:
+                    client.close()
+                finally:
+                    view.close()
 
     # /docs and /redoc serve their files themselves (api_docs), never from a CDN.
     app = FastAPI(title="kafkron", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -40,6 +40,7 @@ from services.ingest.view_store import JobRow, ViewStore
 from streams import clock
 from streams.codec import Codec
 from streams.exceptions import DecodeError, TopicLayoutError
+from streams.kafka.leaders import leader_moved, refresh_leaders
 from streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
@@ -341,6 +342,8 @@ class StatusView:
                 )
                 if not retriable or time.monotonic() > deadline:
                     raise
+                if leader_moved(exc):  # the admin client keeps a stale epoch until refreshed
+                    refresh_leaders(self._admin, {t for t, _ in partitions})
                 time.sleep(0.1)
 
     def _partition_counts(self) -> dict[str, int]:

@@ -15,6 +15,7 @@ from types import FrameType
 from services.timer.service import run
 from services.timer.settings import TimerSettings
 from streams.clock import broker_clock
+from streams.kafka.connection import broker_connection_log
 from streams.logs import configure_logging
 
 
@@ -36,7 +37,7 @@ def main() -> None:
     logging.getLogger(__name__).info(
         "timer %s starting in group %s", settings.instance_id, settings.group_id()
     )
-    with broker_clock(settings.kafka, "timer"):
+    with broker_connection_log(settings.kafka), broker_clock(settings.kafka, "timer"):
         run(settings, stop)
 
 

@@ -41,6 +41,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from streams.kafka.errors import operation_error
+from streams.kafka.leaders import leader_moved, refresh_leaders
 from streams.runtime_stats import RuntimeStats
 from streams.state.partition import PartitionStore
 from streams.state.store import Store
@@ -380,11 +381,12 @@ class Recovery:
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 retriable = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in _LEADER_ERRORS
+                    error.retriable() or error.code() in _LEADER_ERRORS or leader_moved(exc)
                 )
                 if not retriable or time.monotonic() > deadline:
                     raise
                 log.info("%s[%d]: %s; retrying", topic, partition, exc)
+                refresh_leaders(self._admin, [topic])  # else a stale epoch stays for 5 min
                 time.sleep(0.2)
 
     def _watermarks_once(self, topic: str, partition: int) -> tuple[int, int]:
