@@ -235,7 +235,8 @@ class LocalBroker:
                 **(member.properties() if member else _alone(controller_port)),
             )
         )
-        (config_dir / "server.properties").write_text(props)
+        extra = "".join(f"{key}={value}\n" for key, value in self.settings.extra_properties.items())
+        (config_dir / "server.properties").write_text(props + extra)
         log4j = (_HERE / "log4j2.properties").read_text().format(log_dir=self.log_dir)
         (config_dir / "log4j2.properties").write_text(log4j)
         return config_dir

@@ -33,3 +33,7 @@ class BrokerSettings(BaseSettings):
     stop_grace_s: float = Field(default=30.0, gt=0)
     # Where the jars go; shared across homes so a test broker reuses the dev broker's fetch.
     libs_dir: Path = Path(".state/kafka-libs")
+    # Broker properties written after infra/server.properties, replacing its keys of the same
+    # name (a properties file keeps a key's last value): e.g. a test broker's second listener,
+    # advertised at a proxy's address (tests/services/test_network_faults.py).
+    extra_properties: dict[str, str] = Field(default_factory=dict)
