@@ -80,8 +80,9 @@ class Fleet:
             **extra,
         }
 
-    def start(self, *services: str, **extra_env: str) -> None:
-        """Start ``services`` (default: all three) and wait until each has partitions."""
+    def start(self, *services: str, wait: bool = True, **extra_env: str) -> None:
+        """Start ``services`` (default: all three) and, with ``wait``, wait until each has
+        partitions."""
         names = services or SERVICES
         for service in names:
             assert not self.alive(service), f"{service} is running already"
@@ -96,7 +97,8 @@ class Fleet:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
-        self.wait_ready(names)
+        if wait:
+            self.wait_ready(names)
 
     def wait_ready(self, services: Iterable[str], timeout_s: float = 90.0) -> None:
         probes = {

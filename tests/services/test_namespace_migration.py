@@ -37,7 +37,7 @@ from .fleet import (
 
 pytestmark = pytest.mark.kafka
 
-SPAN_MS = 20_000
+SPAN_MS = 24_000
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def submit(old: KafkaSettings, view_dir: Path, first_ms: int) -> dict[str, Any]:
     end_ms = first_ms + SPAN_MS
     every = list(ticks(first_ms, end_ms, 1_000))
     recurring = [cron_every_second(f"every-second-{i}", first_ms, end_ms) for i in range(4)]
-    one_offs = {f"one-off-{i}": first_ms + 700 + i * 1_500 for i in range(12)}
+    one_offs = {f"one-off-{i}": first_ms + 700 + i * 1_900 for i in range(12)}
     root = cron_every_second("dag-root", first_ms, end_ms)
     root["cron"]["expression"] = "*/2 * * * * *"
     child = {"job_id": "dag-child", "handler": "tests.effect", "payload": 0,
@@ -119,13 +119,13 @@ def test_jobs_move_to_four_partitions_and_each_fire_happens_once_across_both(
     fires = submit(old, tmp_path / "view", first_ms)
     time.sleep(max(0.0, (first_ms + 3_000 - now_ms()) / 1000))
     work_dir = tmp_path / "migration"
-    assert migrate(old, new, work_dir, "--cutover-in-s", "9") == 0, capsys.readouterr()
+    assert migrate(old, new, work_dir, "--cutover-in-s", "12") == 0, capsys.readouterr()
     said = capsys.readouterr().out
     with capsys.disabled():
         print(f"\n{said}")  # the migration's account of itself, with -s
     state = MigrationState.load(work_dir)
     cutover_ms = state.cutover_ms
-    assert state.phase is Phase.DONE and first_ms + 9_000 <= cutover_ms <= first_ms + 14_000
+    assert state.phase is Phase.DONE and first_ms + 15_000 <= cutover_ms <= first_ms + 20_000
     assert "the old timers applied the cut" in said and "WARNING" not in said, said
 
     ledgers = {"old": Ledger(old), "new": Ledger(new)}

@@ -200,16 +200,17 @@ def test_damaged_state_directories_are_moved_aside_and_rebuilt(
                 how = "manifest-truncated"
         damage(directory, how, seed=i)
         damaged[directory] = how
-    fleet.start()
-    # A bad data block is found when a read meets it: that service stops, saying so,
-    # and its restart (a supervisor's job) rebuilds the store.
+    # A bad data block is found when a read meets it (maybe before the service has its
+    # partitions): that service stops, saying so, and its restart (a supervisor's job)
+    # rebuilds the store.
+    fleet.start(wait=False)
     deadline = time.monotonic() + 45
     while not expected <= set(ledger.finals()) and time.monotonic() < deadline:
         for service in SERVICES:
             if not fleet.alive(service):
                 assert fleet.wait_exit(service, 5) != 0
                 assert "is damaged" in fleet.log(service), fleet.log(service)
-                fleet.start(service)
+                fleet.start(service, wait=False)
         time.sleep(0.5)
     finals = ledger.wait_for(expected, timeout_s=5)
     fleet.stop()
