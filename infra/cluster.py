@@ -77,6 +77,10 @@ class LocalCluster:
         self.settings = settings
         self.home = settings.home.resolve()
         self.layout_file = self.home / "cluster.json"
+        # One object per node for this cluster's life: the one that started a JVM keeps its
+        # process handle, so that a kill or stop here reaps it.
+        self._single = LocalBroker(settings)
+        self._members: list[LocalBroker] | None = None
 
     @property
     def multi_node(self) -> bool:
@@ -90,8 +94,8 @@ class LocalCluster:
                     f"a cluster of several nodes runs from {self.home}: stop it first "
                     "('kafkron broker stop'), or start it with --brokers N"
                 )
-            return ClusterState((LocalBroker(self.settings).start(),))
-        if LocalBroker(self.settings).running_state() is not None:
+            return ClusterState((self._single.start(),))
+        if self._single.running_state() is not None:
             raise BrokerError(
                 f"a single broker runs from {self.home}: stop it first ('kafkron broker "
                 "stop'), or give the cluster another KAFKRON_BROKER_HOME"
@@ -106,10 +110,15 @@ class LocalCluster:
         """Every node of this home: the single broker, or the cluster's (its layout made
         and kept on first use)."""
         if not self.multi_node:
-            return [LocalBroker(self.settings)]
+            return [self._single]
         return self._cluster_nodes(*self._layout())
 
     def _cluster_nodes(self, cluster_id: str, ports: list[NodePorts]) -> list[LocalBroker]:
+        if self._members is None:
+            self._members = self._members_of(cluster_id, ports)
+        return self._members
+
+    def _members_of(self, cluster_id: str, ports: list[NodePorts]) -> list[LocalBroker]:
         factor, min_isr = replication_of(len(ports))
         voters = ",".join(f"{p.node_id}@127.0.0.1:{p.controller_port}" for p in ports)
         membership = Membership(cluster_id, voters, factor, min_isr)
@@ -144,7 +153,7 @@ class LocalCluster:
         """What runs from this home, node by node (None: that node is down): the single
         broker, and every node of a cluster of which at least one runs."""
         found: list[tuple[LocalBroker, BrokerState | None]] = []
-        single = LocalBroker(self.settings)
+        single = self._single
         state = single.running_state()
         if state is not None:
             found.append((single, state))
@@ -169,7 +178,7 @@ class LocalCluster:
 
     def answers(self, state: BrokerState) -> bool:
         """Whether one node answers a metadata request."""
-        return LocalBroker(self.settings).answers(state.bootstrap)
+        return self._single.answers(state.bootstrap)
 
     def active_controller(self) -> int | None:
         """The node id of the quorum's leader, as the running nodes' quorum state files say
@@ -194,7 +203,7 @@ class LocalCluster:
 
     def _every_node(self) -> list[LocalBroker]:
         """The single broker and, when this home has a cluster layout, the cluster's nodes."""
-        nodes = [LocalBroker(self.settings)]
+        nodes = [self._single]
         if self.layout_file.exists():
             nodes += self._cluster_nodes(*self._recorded_layout())
         return nodes
