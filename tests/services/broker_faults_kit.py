@@ -65,6 +65,8 @@ def run_and_check(cluster: LocalCluster, plan: FaultPlan, work_dir: Path) -> Fau
     runs = effects(work_dir / "effects.log")
     ran = figures.ledger.finals
     assert all(runs[("done", e)] >= 1 for e in ran), "an outcome without a handler run"
+    reruns = sum(runs[("start", e)] > 1 for e in ran)
+    print(f"reruns (a handler run again after an aborted commit): {reruns:,}")
     assert figures.services_alive == {"timer": True, "executor": True}
     for service in ("timer", "executor"):
         lost, back, rdkafka = figures.broker_lines(service)
