@@ -7,6 +7,7 @@ command finds this cluster with no environment set, and removes it when it stops
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
@@ -172,6 +173,11 @@ def run_local_cluster(
         if profile is not None:
             remove_own_profile(profile)
         stop_services(services)
+        # Kafka clients kept alive by reference cycles (readiness probes, admin clients) go
+        # now, while their broker still answers: librdkafka's destroy of a client whose
+        # broker is gone can wait forever (a broker thread that never ends), and at exit
+        # that hung 'up' after it had stopped everything.
+        gc.collect()
         broker.stop()
         print("[kafkron] stopped")
 

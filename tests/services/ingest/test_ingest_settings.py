@@ -56,11 +56,11 @@ def test_the_api_process_runs_with_the_configured_gil_switch_interval(
     monkeypatch.setattr(
         uvicorn.Server, "run", lambda self, **_: seen.append(sys.getswitchinterval())
     )
-    monkeypatch.setattr(main, "_config", lambda settings: uvicorn.Config(app=None))
+    monkeypatch.setattr(main, "_config", lambda settings, app=None: uvicorn.Config(app=None))
     before = sys.getswitchinterval()
     try:
         monkeypatch.setenv("KAFKRON_INGEST_GIL_SWITCH_INTERVAL_S", "0.002")
-        main.run(IngestSettings(kafka=KafkaSettings(state_dir=tmp_path)))
+        main.run(IngestSettings(kafka=KafkaSettings(state_dir=tmp_path), metrics_port=0))
     finally:
         sys.setswitchinterval(before)
     assert seen == [pytest.approx(0.002)]
