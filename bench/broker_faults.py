@@ -347,8 +347,8 @@ class FaultRun:
                     submitter.stop()
                 if results is not None:
                     results.close()
-                self.executor.stop(timeout_s=60)
-                self.timer.stop(timeout_s=60)
+                self.executor.stop(timeout_s=30)  # then SIGKILL: a test's timeout must not
+                self.timer.stop(timeout_s=30)  # leave them running
             return FaultFigures(
                 plan=self.plan,
                 killed=kill.node,

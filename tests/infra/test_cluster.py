@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from infra.settings import BrokerSettings
 from streams.exceptions import BrokerError
 
 ROOT = Path(__file__).resolve().parents[2]
+Completed = subprocess.CompletedProcess[str]
 LIBS = ROOT / ".state" / "kafka-libs"
 
 
@@ -73,29 +76,51 @@ def _env(tmp_path: Path) -> dict[str, str]:
     )
 
 
-def _kafkron(
-    env: dict[str, str], *args: str, timeout_s: float = 240
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        env=env, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
-    )  # fmt: skip
+def _kafkron(env: dict[str, str], *args: str, timeout_s: float = 240) -> Completed:
+    """Run ``kafkron ARGS`` in a session of its own; past ``timeout_s`` kill it with the
+    services it started and fail with what it printed."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *args],
+            env=env, cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            out.seek(0)
+            err.seek(0)
+            pytest.fail(
+                f"kafkron {' '.join(args)} still ran after {timeout_s:.0f} s; it printed:\n"
+                f"{out.read()}\n{err.read()[-4000:]}"
+            )
+        out.seek(0)
+        err.seek(0)
+        return Completed(process.args, process.returncode, out.read(), err.read())
 
 
 @pytest.mark.kafka
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(500)
 def test_up_on_three_brokers_then_broker_start_status_stop(tmp_path: Path) -> None:
     """``kafkron up`` with KAFKRON_BROKER_COUNT=3 runs every service on a 3-node cluster whose
     topics (the services' changelogs too) have 3 replicas and min.insync.replicas 2; then the
     broker command starts it again, reports a killed node, restarts only that one, stops all."""
     env = _env(tmp_path)
-    up = _kafkron(env, "up", "--check")
+    cluster = LocalCluster(BrokerSettings(home=tmp_path / "cluster", count=3, libs_dir=LIBS))
+    try:
+        _up_then_broker_commands(env, cluster)
+    finally:
+        cluster.stop()  # the nodes of an 'up' that was killed run in sessions of their own
+
+
+def _up_then_broker_commands(env: dict[str, str], cluster: LocalCluster) -> None:
+    up = _kafkron(env, "up", "--check", timeout_s=300)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "[kafkron] 3 brokers ready on 127.0.0.1:" in up.stdout
     assert "3 replicas, min.insync.replicas 2" in up.stdout
     assert "ready: broker, topics, timer, dag, executor, api" in up.stdout
-    cluster = LocalCluster(BrokerSettings(home=tmp_path / "cluster", count=3, libs_dir=LIBS))
     assert cluster.running_nodes() == [], "up stopped every node"
 
     started = _kafkron(env, "broker", "start")

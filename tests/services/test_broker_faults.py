@@ -37,7 +37,7 @@ from .executor.test_service_kit import effects
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_broker_sigkill_and_restart_mid_herd_and_mid_submissions(tmp_path: Path) -> None:
     cluster = own_cluster(tmp_path / "kafka", nodes=1)
     plan = effect_plan(tmp_path, down_s=2.0, stall_s=20.0)

@@ -47,7 +47,7 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == CONNECTION]
 
 
-def wait_for(check: object, timeout_s: float = 5.0) -> None:
+def wait_for(check: object, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():  # type: ignore[operator]
         assert time.monotonic() < deadline, "not within the time"
