@@ -131,6 +131,10 @@ def counting_timer_main() -> None:
     from services.timer import main
 
     service.TimerHooks = CountingTimerHooks  # type: ignore[misc]  # build_processor uses it
+    # RestoreLog reads each store partition's restore and "partition N ready" lines, which
+    # the runtime logs at DEBUG (its INFO line sums up a set of partitions).
+    for name in ("streams.state.recovery", "streams.processor"):
+        logging.getLogger(name).setLevel(logging.DEBUG)
     main.main()
 
 
