@@ -22,6 +22,7 @@ from services.executor.exceptions import (
 from services.executor.handlers import HandlerRegistry, RegisteredHandler
 from services.executor.runner import RunOutcome, RunStatus, failed_outcome, run_handler
 from services.executor.sync_pool import ABANDONED_NOTE, NOT_STARTED_NOTE, SyncHandlerPool
+from streams import clock
 
 from .support import new_ctx, run
 
@@ -52,7 +53,7 @@ def sync_ok(ctx: HandlerContext) -> None:
 
 @pytest.mark.parametrize("fn", [async_ok, sync_ok])
 def test_success(fn: Callable[[HandlerContext], Any]) -> None:
-    before = time.time_ns() // 1_000_000
+    before = clock.now_ms()  # the runner stamps with the service's (broker) clock
     outcome = run(run_one(fn))
     assert outcome.status is RunStatus.SUCCEEDED and outcome.succeeded
     assert outcome.error is None and outcome.retryable is False
