@@ -38,6 +38,7 @@ from services.ingest.exceptions import (
     JobRequestError,
     ViewNotReadyError,
 )
+from services.ingest.json_bytes import json_bytes
 from services.ingest.openapi import BACKFILL_BODY, document_creates
 from services.ingest.presenters import dead_letter_body, iso, job_body
 from services.ingest.read_api import (
@@ -59,7 +60,7 @@ from streams.kafka.connection import broker_connection_log
 
 
 def _unprocessable(errors: list[dict[str, Any]], prefix: str) -> Response:
-    body = orjson.dumps(unprocessable(errors, prefix))
+    body = json_bytes(unprocessable(errors, prefix))
     return Response(body, status_code=422, media_type="application/json")
 
 

@@ -37,6 +37,7 @@ from services.ingest.batch import (
     receipt_body,
 )
 from services.ingest.exceptions import JobRequestError
+from services.ingest.json_bytes import json_bytes
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import MAX_PAYLOAD_DEPTH, too_deep_message
 from streams.exceptions import KafkronError
@@ -71,16 +72,25 @@ def decode_json(raw: bytes, max_depth: int) -> Any:
 
     orjson reads bodies nested up to 1,024 levels (validation then bounds each field). What
     it refuses goes to json.loads: what only json reads (NaN, lone surrogates: validation
-    then names the field; integers beyond 64 bits where orjson refuses them), else its
-    error. json.loads recurses once per level, so it only gets bodies nested at most
-    ``max_depth`` levels; deeper ones raise NestedTooDeepError."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        path = too_deep_path(raw, max_depth)
-        if path is not None:
-            raise NestedTooDeepError(path, max_depth) from None
-        return json.loads(raw)
+    then names the field), else its error. So does a body with a run of 19 digits: orjson
+    reads an integer beyond 64 bits as a float without an error (2**70 would be stored as
+    1.1805916207174113e+21), json.loads reads it exactly. json.loads recurses once per
+    level, so it only gets bodies nested at most ``max_depth`` levels; deeper ones raise
+    NestedTooDeepError."""
+    if _LONG_DIGITS.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    path = too_deep_path(raw, max_depth)
+    if path is not None:
+        raise NestedTooDeepError(path, max_depth)
+    return json.loads(raw)
+
+
+# Every integer orjson reads as a float (below -2**63 or above 2**64 - 1) has 19 digits or
+# more; digits in a string or a float's mantissa match too and only cost json.loads's speed.
+_LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 # The tokens that matter for nesting: strings (whose brackets do not count), brackets,
@@ -307,7 +317,7 @@ async def _read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | 
 
 async def _send(send: Send, answer: Answer) -> None:
     status, body, retry_after = answer
-    payload = orjson.dumps(body)
+    payload = json_bytes(body)
     headers = [(b"content-type", b"application/json"),
                (b"content-length", str(len(payload)).encode())]  # fmt: skip
     if retry_after is not None:

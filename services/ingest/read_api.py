@@ -14,7 +14,6 @@ import re
 import time
 from typing import Annotated, Any
 
-import orjson
 from fastapi import FastAPI, Path, Query, Request, Response
 
 from services.ingest.access import Caller, CallerOf
@@ -27,6 +26,7 @@ from services.ingest.exceptions import (
     ViewNotReadyError,
 )
 from services.ingest.job_index import InvalidCursorError, JobFilter
+from services.ingest.json_bytes import json_bytes
 from services.ingest.presenters import execution_body, iso, job_summary
 from services.ingest.settings import IngestSettings
 from services.ingest.validation import JOB_ID_PATTERN, LABEL_KEY_PATTERN, TENANT_PATTERN
@@ -44,7 +44,7 @@ _LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
 def invalid(where: str, name: str, message: str, value: Any) -> Response:
     """A 422 with one error at ``[where, name]``, shaped like FastAPI's own."""
     error = JobRequestError.at([name], message, value).errors
-    body = orjson.dumps(unprocessable(error, where))
+    body = json_bytes(unprocessable(error, where))
     return Response(body, status_code=422, media_type="application/json")
 
 
@@ -96,7 +96,7 @@ def _labels(values: list[str]) -> tuple[tuple[str, str], ...] | str:
 def json_answer(body: Any) -> Response:
     """``body`` as JSON by orjson: FastAPI's ``jsonable_encoder`` would walk every value of
     a page first (about as long again as building it)."""
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(json_bytes(body), media_type="application/json")
 
 
 def now_ms() -> int:
