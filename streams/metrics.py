@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -56,17 +56,20 @@ def counter_family(
     name: str, doc: str, label_names: Sequence[str], values: Mapping[Labels, float]
 ) -> CounterMetricFamily:
     """A counter ``name`` (ending in ``_total``) with one sample per label values."""
-    family = CounterMetricFamily(name, doc, labels=label_names)
-    for labels, value in sorted(values.items()):
-        family.add_metric(labels, value)
-    return family
+    return _with_samples(CounterMetricFamily(name, doc, labels=label_names), values)
 
 
 def gauge_family(
     name: str, doc: str, label_names: Sequence[str], values: Mapping[Labels, float]
 ) -> GaugeMetricFamily:
     """A gauge ``name`` with one sample per label values."""
-    family = GaugeMetricFamily(name, doc, labels=label_names)
+    return _with_samples(GaugeMetricFamily(name, doc, labels=label_names), values)
+
+
+_Family = TypeVar("_Family", CounterMetricFamily, GaugeMetricFamily)
+
+
+def _with_samples(family: _Family, values: Mapping[Labels, float]) -> _Family:
     for labels, value in sorted(values.items()):
         family.add_metric(labels, value)
     return family
