@@ -23,6 +23,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from infra.fetch import fetch_jars, require_tool
+from infra.sasl import scram_format_args
 from infra.settings import BrokerSettings
 from streams.exceptions import BrokerError
 
@@ -250,6 +251,7 @@ class LocalBroker:
             java, "-cp", f"{libs}/*", f"-Dlog4j2.configurationFile={config}/log4j2.properties",
             "kafka.tools.StorageTool", "format", "-t", cluster_id,
             "-c", str(config / "server.properties"),
+            *scram_format_args(self.settings.scram_users),
         ]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:

@@ -37,3 +37,7 @@ class BrokerSettings(BaseSettings):
     # name (a properties file keeps a key's last value): e.g. a test broker's second listener,
     # advertised at a proxy's address (tests/services/test_network_faults.py).
     extra_properties: dict[str, str] = Field(default_factory=dict)
+    # SCRAM-SHA-512 users (name -> password) written into the storage when it is formatted
+    # (kafka-storage format --add-scram), so a SASL listener's admin can log in at the first
+    # start (infra/sasl.py); later users come from the admin API. None by default.
+    scram_users: dict[str, str] = Field(default_factory=dict)

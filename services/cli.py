@@ -12,6 +12,7 @@ import click
 
 from services import commands
 from services.operator_cli import (
+    acls_command,
     backfill,
     cluster,
     dead_letters,
@@ -27,6 +28,7 @@ HELP = """kafkron: a distributed job scheduler on Apache Kafka.
 Jobs: submit, list, show, history, cancel, pause, resume, trigger, backfill (over the REST
 API); dlq list|replay (over Kafka). Local cluster: up, broker, topics. Services: timer, dag,
 executor, api. API tokens: token add|list|revoke. More partitions: migrate (over Kafka).
+Kafka ACLs per service: acls.
 
 Every command finds the cluster that 'kafkron up' started through the profile it writes,
 unless its flags (--api, --bootstrap, --namespace) or the environment (KAFKRON_API_URL,
@@ -66,6 +68,7 @@ for _command in (
     *cluster.COMMANDS,
     *token_commands.COMMANDS,
     migrate_command.migrate,
+    acls_command.acls,
 ):
     root.add_command(_command)
 for _register in commands.REGISTRARS:

@@ -251,7 +251,10 @@ class ResultsConsumer:
     def _decoded(self, message: Message) -> ReceivedResult | None:
         error = message.error()
         if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF or classify(error) != ErrorKind.FATAL:
+            if error.code() == KafkaError._PARTITION_EOF or classify(error) not in (
+                ErrorKind.FATAL,
+                ErrorKind.DENIED,
+            ):
                 return None  # the client goes on by itself
             raise ResultsConsumerError(f"reading {self.topic} failed: {error}")
         value = message.value()

@@ -145,6 +145,8 @@ class Checkpoint:
             log.debug("committed %s", _positions_text(self._last_offsets, 1))
         except KafkaOperationError as exc:
             self.abort()
+            if exc.denied:  # a missing ACL: every retry would be refused the same way
+                raise exc.access_error() from exc
             raise CheckpointAbortedError(f"checkpoint aborted: {exc}") from exc
         except BaseException:
             self.abort()

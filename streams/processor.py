@@ -38,7 +38,7 @@ from streams.kafka.consumer import (
     create_group_consumer,
     create_restore_consumer,
 )
-from streams.kafka.errors import KafkaOperationError
+from streams.kafka.errors import KafkaOperationError, raise_if_denied
 from streams.kafka.lag import consumer_lag
 from streams.kafka.producer import TransactionalProducer
 from streams.processing import ProcessorContext, ProcessorHookError, ProcessorHooks
@@ -50,6 +50,12 @@ from streams.state.recovery import Recovery, RecoveryProgress
 from streams.state.store import Store
 
 log = logging.getLogger(__name__)
+
+
+def transactional_id(group_id: str, instance_id: str) -> str:
+    """The transactional.id of one processor process: stable across its restarts, unique per
+    instance, every one of a group under the prefix ``<group>.`` (its PREFIXED ACL)."""
+    return f"{group_id}.{instance_id}"
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,7 @@ class Processor:
             )
         self._producer = TransactionalProducer(
             self.settings,
-            f"{self.group_id}.{self.instance_id}",
+            transactional_id(self.group_id, self.instance_id),
             transaction_timeout_ms=opts.transaction_timeout_ms,
             tracked_topics=[store.changelog_topic for store in self._stores.values()],
             config_defaults=opts.producer_defaults,
@@ -191,6 +197,8 @@ class Processor:
             log.warning("%s; reprocessing from the last commit", exc)
         except KafkaOperationError as exc:  # a delivery failed or the producer was fenced
             self._checkpoint.abort()  # replaces a fenced producer; rewinds the input
+            if exc.denied:  # a missing ACL: every retry would be refused the same way
+                raise exc.access_error() from exc
             log.warning("%s; transaction aborted, reprocessing from the last commit", exc)
 
     def close(self) -> None:
@@ -318,6 +326,7 @@ class Processor:
     def _consumer_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
+        raise_if_denied(f"consuming as group {self.group_id}", error)
         if error.fatal() or error.code() == KafkaError._FATAL:
             hint = (
                 " With static membership a restart within the session timeout of a crashed "

@@ -71,6 +71,8 @@ class Committer:
             self._producer.commit()  # 4
         except KafkaOperationError as exc:
             self.abort()
+            if exc.denied:  # a missing ACL: every retry would be refused the same way
+                raise exc.access_error() from exc
             raise CommitAbortedError(f"transaction aborted: {exc}") from exc
         except BaseException:
             self.abort()

@@ -93,6 +93,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -101,6 +102,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from streams import clock
 from streams.exceptions import KafkronError
+from streams.kafka.errors import denied_error
 from streams.kafka.producer import TransactionalProducer
 from streams.state.store import Store
 from streams.state.transaction import StoreTransaction
@@ -162,7 +164,13 @@ def check_retention_covers_due_topics(
     """
     resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in due_topics]
     for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
-        configs = future.result()
+        try:
+            configs = future.result()
+        except KafkaException as exc:
+            denied = denied_error(f"reading the configs of {resource.name} (DescribeConfigs)", exc)
+            if denied is not None:
+                raise denied from exc
+            raise
         retention = int(configs["retention.ms"].value)
         segment = int(configs["segment.ms"].value)
         needed = required_retention_ms(retention, segment)

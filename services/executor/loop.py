@@ -55,6 +55,7 @@ from services.executor.stats import ExecutorStats
 from services.executor.sync_pool import SyncHandlerPool
 from streams.codec import Codec
 from streams.exceptions import KafkronError
+from streams.kafka.errors import raise_if_denied
 from streams.kafka.lag import consumer_lag
 from streams.runtime_stats import Periodic, RuntimeStats
 from streams.topics import Priority, TopicNames
@@ -484,6 +485,7 @@ class ExecutorLoop:
     def _consumer_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
+        raise_if_denied(f"consuming as group {self.settings.group_id()}", error)
         if error.fatal():
             raise KafkronError(f"the consumer failed fatally: {error}; restart the executor")
         log.warning("consumer: %s (librdkafka retries)", error)

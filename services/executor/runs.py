@@ -546,7 +546,11 @@ class RecordRunner:
             return
         try:
             self._producer.produce_many(outputs)
-        except (KafkaOperationError, BufferError) as exc:
+        except KafkaOperationError as exc:
+            if exc.denied:  # a missing ACL: every retry would be refused the same way
+                raise exc.access_error() from exc
+            self._request_abort(f"produce failed: {exc}")
+        except BufferError as exc:
             self._request_abort(f"produce failed: {exc}")
 
     def drop_outputs(self) -> None:

@@ -30,6 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from streams.admin import admin_client
 from streams.exceptions import ConfigurationError
+from streams.kafka.errors import denied_error
 from streams.settings import KafkaSettings
 
 DEFAULT_SESSION_TIMEOUT_MS = 6_000
@@ -142,6 +143,9 @@ def configure_group_session(
     try:
         future.result(timeout=_ADMIN_TIMEOUT_S)
     except Exception as exc:
+        denied = denied_error(f"setting group {group_id}'s session timeout (AlterConfigs)", exc)
+        if denied is not None:
+            raise denied from exc
         raise ConfigurationError(
             f"could not set consumer.session.timeout.ms={session_timeout_ms} for group "
             f"{group_id}: {exc}. Check the broker's group.consumer.min/max.session.timeout.ms "

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from confluent_kafka import KafkaError, KafkaException
 
-from streams.exceptions import KafkaDeliveryError
+from streams.exceptions import KafkaDeliveryError, KafkronError
 
 
 class ErrorKind(StrEnum):
@@ -19,10 +19,74 @@ class ErrorKind(StrEnum):
     RETRIABLE = "retriable"  # call again; the transaction is still usable
     ABORT_TRANSACTION = "abort_transaction"  # abort, rewind the input, redo the work
     FATAL = "fatal"  # this producer (or consumer) instance can never succeed again
+    DENIED = "denied"  # the broker refused this principal: stop until an ACL is added
+
+
+_ACLS_HINT = (
+    "print the ACLs each service needs with 'kafkron acls --service <timer|executor|dag|api> "
+    "--principal User:<name>' and add the missing one (README, 'Kafka ACLs')"
+)
+DENIED_ACTIONS: dict[int, str] = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "A topic ACL is missing: this principal needs Read "
+    "on each topic it consumes, Write on each topic it produces to (Create on its changelog "
+    "prefix when it creates its changelogs, DescribeConfigs on the due topics for an executor)",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "A group ACL is missing: this principal needs Read "
+    "on its consumer group (and AlterConfigs and DescribeConfigs to set the group's session, "
+    "Describe on <group>.restore)",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "A transactional-id ACL is missing: this "
+    "principal needs Write and Describe on the PREFIXED transactional id '<group>.'",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "A cluster ACL is missing for this request",
+    KafkaError.SASL_AUTHENTICATION_FAILED: "SASL authentication failed: check sasl.mechanism, "
+    "sasl.username and sasl.password in KAFKRON_LIBRDKAFKA and that the user's SCRAM "
+    "credentials exist on the cluster",
+    KafkaError._AUTHENTICATION: "Authentication with the broker failed: check the SASL/SSL "
+    "settings in KAFKRON_LIBRDKAFKA",
+}
+"""The broker's refusals of this principal, each with what the operator must grant."""
+
+
+class KafkaAccessError(KafkronError):
+    """The broker refused this client's principal (a missing ACL, failed authentication);
+    retrying cannot help, so the service stops and says which ACL to add."""
+
+    retryable = False
+
+
+def denied_message(action: str, error: KafkaError) -> str | None:
+    """What to tell the operator when ``error`` is a refusal of access; None otherwise."""
+    what = DENIED_ACTIONS.get(error.code())
+    if what is None:
+        return None
+    hint = "" if error.code() in _AUTHENTICATION_CODES else f"; {_ACLS_HINT}"
+    said = error.str().rstrip(". ")
+    return f"{action} was denied by the broker: {error.name()}: {said}. {what}{hint}"
+
+
+_AUTHENTICATION_CODES = frozenset(
+    {KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION}
+)
+
+
+def raise_if_denied(action: str, error: KafkaError) -> None:
+    """Raise :class:`KafkaAccessError` when ``error`` is a refusal of access (a consumer's
+    error event, an admin request's answer): librdkafka retries those forever otherwise."""
+    message = denied_message(action, error)
+    if message is not None:
+        raise KafkaAccessError(message)
+
+
+def denied_error(action: str, exc: BaseException) -> KafkaAccessError | None:
+    """The refusal an admin request's exception carries, as the error that stops a service;
+    None when ``exc`` is no refusal of access."""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    message = denied_message(action, error) if isinstance(error, KafkaError) else None
+    return None if message is None else KafkaAccessError(message)
 
 
 def classify(error: KafkaError) -> ErrorKind:
     """The kind of one KafkaError; anything librdkafka does not flag counts as fatal."""
+    if error.code() in DENIED_ACTIONS:
+        return ErrorKind.DENIED
     if error.fatal():
         return ErrorKind.FATAL
     if error.txn_requires_abort():
@@ -44,10 +108,12 @@ class KafkaOperationError(KafkaDeliveryError):
             ErrorKind.ABORT_TRANSACTION: "abort the transaction and reprocess from the last commit",
             ErrorKind.FATAL: "recreate the client; if it repeats, check that no other process "
             "uses the same instance id and that the broker allows the transaction timeout",
+            ErrorKind.DENIED: "",
         }[self.kind]
+        denied = denied_message(action, error)
         super().__init__(
-            f"{action} failed: {error.name()}: {error.str()} ({hint})",
-            retryable=self.kind is not ErrorKind.FATAL,
+            denied or f"{action} failed: {error.name()}: {error.str()} ({hint})",
+            retryable=self.kind not in (ErrorKind.FATAL, ErrorKind.DENIED),
         )
 
     @property
@@ -59,6 +125,15 @@ class KafkaOperationError(KafkaDeliveryError):
     def fatal(self) -> bool:
         """True when the client instance must be replaced."""
         return self.kind is ErrorKind.FATAL
+
+    @property
+    def denied(self) -> bool:
+        """True when the broker refused this principal: stop, an ACL must be added first."""
+        return self.kind is ErrorKind.DENIED
+
+    def access_error(self) -> KafkaAccessError:
+        """The refusal as the error that stops a service (only when :attr:`denied`)."""
+        return KafkaAccessError(str(self))
 
 
 def operation_error(action: str, exc: KafkaException) -> KafkaOperationError:

@@ -19,7 +19,12 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams.exceptions import KafkronError
-from streams.kafka.errors import ErrorKind, KafkaOperationError, operation_error
+from streams.kafka.errors import (
+    ErrorKind,
+    KafkaOperationError,
+    denied_error,
+    operation_error,
+)
 from streams.settings import KafkaSettings
 
 _T = TypeVar("_T")
@@ -217,6 +222,9 @@ class TransactionalProducer:
                 f"produce to {topic}",
                 KafkaError(KafkaError._STATE, str(error), txn_requires_abort=True),
             )
+        denied = denied_error(f"produce to {topic}", exc)
+        if denied is not None:  # the topic's metadata answered TOPIC_AUTHORIZATION_FAILED
+            return denied
         # Refused locally (unknown topic or partition, record too large): a caller bug.
         return KafkronError(
             f"produce to {topic} partition {partition} was refused: {exc}; check the "

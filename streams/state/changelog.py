@@ -9,6 +9,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from streams.admin import admin_client, durability_configs, existing_partition_counts
 from streams.exceptions import TopicLayoutError
+from streams.kafka.errors import denied_error
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
 
@@ -35,7 +36,9 @@ def ensure_changelog_topics(
     if missing_inputs or len(set(counts.values())) != 1:
         raise TopicLayoutError(
             f"input topics must exist with one partition count; missing {missing_inputs}, "
-            f"found {counts}. Create them (ensure_topics) or fix the processor's topic list."
+            f"found {counts}. Create them (ensure_topics) or fix the processor's topic list. "
+            "With ACLs, a topic this principal may not Describe (Read implies it) is not "
+            "listed: add its ACL (kafkron acls)."
         )
     partitions = next(iter(counts.values()))
     names = [changelog_topic(settings, group, store) for store in stores]
@@ -61,6 +64,9 @@ def ensure_changelog_topics(
             try:
                 future.result()
             except Exception as exc:
+                denied = denied_error(f"creating changelog {name} (Create)", exc)
+                if denied is not None:
+                    raise denied from exc
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise TopicLayoutError(f"could not create changelog {name}: {exc}") from exc
     deadline = time.monotonic() + _TIMEOUT_S

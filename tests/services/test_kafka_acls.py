@@ -1,0 +1,255 @@
+"""Least privilege on a real broker with SASL/SCRAM and ACLs (issue 21).
+
+A broker of this module's own (``infra/sasl.py``): a SASL_PLAINTEXT listener (SCRAM-SHA-512)
+and the StandardAuthorizer, nothing allowed without an ACL. The admin (a super user,
+created at format time) creates the topics, a SCRAM user per service and the ACLs
+``kafkron acls`` derives; the timer and the executor run as child processes logged in as
+their users, the jobs are written as the API's user: a job fires end to end (SUCCEEDED on
+job-results). Then one ACL goes missing and the service stops with an error naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from infra.broker import LocalBroker, free_port
+from infra.sasl import sasl_acl_properties, sasl_client_config
+from infra.settings import BrokerSettings
+from services.ingest.client import KafkronClient
+from services.ingest.settings import IngestSettings
+from services.operator_cli.acls_command import service_rules
+from streams import clock
+from streams.acls import Operation, without
+from streams.admin import ensure_topics
+from streams.codec import Codec, RecordKind
+from streams.identity import execution_id
+from streams.kafka.acl_admin import create_acls, delete_acls
+from streams.settings import KafkaSettings
+from streams.topics import TopicNames
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
+PARTITIONS = 2
+
+
+@dataclass(frozen=True)
+class SecuredBroker:
+    sasl: str  # the SASL_PLAINTEXT listener's address
+
+
+@pytest.fixture(scope="module")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    home = tmp_path_factory.mktemp("sasl-broker")
+    port, controller_port, sasl_port = free_port(), free_port(), free_port()
+    settings = BrokerSettings(
+        home=home / "broker", libs_dir=ROOT / ".state" / "kafka-libs", port=port,
+        controller_port=controller_port, heap_mb=512,
+        extra_properties=sasl_acl_properties(port, controller_port, sasl_port, [ADMIN]),
+        scram_users={ADMIN: ADMIN_PASSWORD},
+    )  # fmt: skip
+    broker = LocalBroker(settings)
+    try:
+        broker.start()
+        yield SecuredBroker(sasl=f"127.0.0.1:{sasl_port}")
+    finally:
+        broker.stop()
+
+
+def as_user(broker: SecuredBroker, user: str, namespace: str, state_dir: Path) -> KafkaSettings:
+    return KafkaSettings(
+        bootstrap_servers=broker.sasl, namespace=namespace, partitions=PARTITIONS,
+        state_dir=state_dir, librdkafka=sasl_client_config(user, password(user)),
+    )  # fmt: skip
+
+
+def password(user: str) -> str:
+    return ADMIN_PASSWORD if user == ADMIN else f"{user}-secret"
+
+
+@pytest.fixture
+def admin_kafka(secured_broker: SecuredBroker, tmp_path: Path) -> KafkaSettings:
+    namespace = f"acl{uuid.uuid4().hex[:8]}."
+    kafka = as_user(secured_broker, ADMIN, namespace, tmp_path / "admin-state")
+    ensure_topics(kafka)  # the admin creates kafkron's topics
+    return kafka
+
+
+def add_user(admin: AdminClient, user: str) -> None:
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    upsert = UserScramCredentialUpsertion(user, info, password(user).encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result()
+
+
+class Services:
+    """kafkron services as child processes, each logged in as its own user."""
+
+    def __init__(self, broker: SecuredBroker, namespace: str, base: Path) -> None:
+        self.broker, self.namespace, self.base = broker, namespace, base
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, service: str, user: str) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "KAFKRON_BOOTSTRAP_SERVERS": self.broker.sasl,
+            "KAFKRON_NAMESPACE": self.namespace,
+            "KAFKRON_PARTITIONS": str(PARTITIONS),
+            "KAFKRON_STATE_DIR": str(self.base / user),
+            "KAFKRON_LIBRDKAFKA": json.dumps(sasl_client_config(user, password(user))),
+            "KAFKRON_TIMER_INSTANCE_ID": user,
+            "KAFKRON_EXECUTOR_WORKER_ID": user,
+            "KAFKRON_TIMER_METRICS_PORT": "0",
+            "KAFKRON_EXECUTOR_METRICS_PORT": "0",
+            "KAFKRON_EXECUTOR_COMMIT_INTERVAL_MS": "100",
+            "KAFKRON_EXECUTOR_LOAD_ENTRY_POINTS": "false",
+        }
+        with self.log_path(user).open("ab") as log:
+            self.processes[user] = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", service],
+                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def log_path(self, user: str) -> Path:
+        return self.base / f"{user}.log"
+
+    def log(self, user: str) -> str:
+        path = self.log_path(user)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_exit(self, user: str, timeout_s: float) -> int | None:
+        try:
+            return self.processes[user].wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, user: str) -> None:
+        process = self.processes[user]
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def stop_all(self) -> None:
+        for user in self.processes:
+            self.stop(user)
+
+
+class Outcomes:
+    """Final statuses on job-results, read as the admin, committed records only."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._codec = Codec.from_directory()
+        self._consumer = Consumer(
+            kafka.client_config(
+                **{"group.id": f"acl-test-{uuid.uuid4().hex[:6]}",
+                   "isolation.level": "read_committed", "enable.auto.commit": False},
+            )
+        )  # fmt: skip
+        topic = TopicNames(kafka.namespace).job_results
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        self.statuses: dict[str, str] = {}
+
+    def wait_for(self, execution: str, timeout_s: float) -> str | None:
+        deadline = time.monotonic() + timeout_s
+        while execution not in self.statuses and time.monotonic() < deadline:
+            for message in self._consumer.consume(100, 0.2):
+                value = message.value()
+                if message.error() is None and value is not None:
+                    result = self._codec.decode(RecordKind.EXECUTION_RESULT, value)
+                    if result["status"] in ("SUCCEEDED", "DEAD_LETTER", "SKIPPED"):
+                        self.statuses[result["execution_id"]] = result["status"]
+        return self.statuses.get(execution)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def submit_one_off(kafka: KafkaSettings, view_dir: Path, job_id: str, in_ms: int) -> str:
+    """Write a one-off job as ``kafka``'s user; its execution id."""
+    run_at_ms = clock.now_ms() + in_ms
+    with KafkronClient(IngestSettings(kafka=kafka, view_dir=view_dir)) as client:
+        client.submit_many([{"job_id": job_id, "handler": "examples.noop", "run_at": run_at_ms}])
+    return execution_id(job_id, run_at_ms)
+
+
+def test_services_run_under_their_acls_and_a_missing_one_stops_them(
+    secured_broker: SecuredBroker, admin_kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    namespace = admin_kafka.namespace
+    admin = AdminClient(admin_kafka.client_config())
+    rules = {s: service_rules(s, admin_kafka, False) for s in ("timer", "executor", "api")}
+    for user in (*rules, "bare-timer"):
+        add_user(admin, user)
+    for service, service_acls in rules.items():
+        create_acls(admin, service_acls, f"User:{service}")
+    api = as_user(secured_broker, "api", namespace, tmp_path / "api")
+    outcomes = Outcomes(admin_kafka)
+    services = Services(secured_broker, namespace, tmp_path)
+    try:
+        services.start("timer", "timer")
+        services.start("executor", "executor")
+        first = submit_one_off(api, tmp_path / "view", "under-acls", 3_000)
+        assert outcomes.wait_for(first, 45) == "SUCCEEDED", services.log("timer") + services.log(
+            "executor"
+        )
+        fired_s = time.monotonic() - started
+
+        # The executor loses Write on job-results: its next result is refused, it stops.
+        services.stop("executor")
+        results = TopicNames(namespace).job_results
+        kept = without(rules["executor"], results, Operation.WRITE)
+        removed = [r for r in rules["executor"] if r not in kept]
+        assert delete_acls(admin, removed, "User:executor") == 1
+        services.start("executor", "executor")
+        second = submit_one_off(api, tmp_path / "view", "write-denied", 1_000)
+        code = services.wait_exit("executor", 45)
+        log = services.log("executor")
+        assert code is not None and code != 0, f"the executor kept running\n{log[-3000:]}"
+        assert "TOPIC_AUTHORIZATION_FAILED" in log, log[-3000:]
+        assert "Write on each topic it produces to" in log, log[-3000:]
+        assert "kafkron acls --service" in log, log[-3000:]
+        assert second not in outcomes.statuses
+
+        # A timer without Read on its group: refused at its first heartbeat, it stops.
+        bare = without(rules["timer"], f"{namespace}timer", Operation.READ)
+        create_acls(admin, bare, "User:bare-timer")
+        services.start("timer", "bare-timer")
+        code = services.wait_exit("bare-timer", 45)
+        log = services.log("bare-timer")
+        assert code is not None and code != 0, f"the timer kept running\n{log[-3000:]}"
+        assert "GROUP_AUTHORIZATION_FAILED" in log, log[-3000:]
+        assert "Read on its consumer group" in log, log[-3000:]
+    finally:
+        services.stop_all()
+        outcomes.close()
+    for user in ("executor", "bare-timer"):
+        print(next(line for line in services.log(user).splitlines() if line.startswith("kafkron:")))
+    print(
+        f"under ACLs: first job SUCCEEDED {fired_s:.1f} s after the start; "
+        f"the whole test {time.monotonic() - started:.1f} s"
+    )
