@@ -14,6 +14,15 @@ from typing import Any
 
 import pytest
 
+from bench.fleet import (
+    Fleet,
+    Ledger,
+    cron_every_second,
+    executions,
+    one_off,
+    ticks,
+    whole_second_ms,
+)
 from services import cli
 from services.ingest.client import KafkronClient
 from services.ingest.settings import IngestSettings
@@ -25,15 +34,6 @@ from streams.settings import KafkaSettings
 from streams.topics import TopicNames
 
 from .executor.test_service_kit import CODEC, now_ms
-from .fleet import (
-    Fleet,
-    Ledger,
-    cron_every_second,
-    executions,
-    one_off,
-    ticks,
-    whole_second_ms,
-)
 
 pytestmark = pytest.mark.kafka
 

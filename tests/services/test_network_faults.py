@@ -4,7 +4,7 @@ The broker of this module has a second listener, PROXIED, whose advertised addre
 Toxiproxy's (infra/toxiproxy.py) in front of it: a client bootstrapped at the proxy is told
 to reach the broker at the proxy again, so all its traffic crosses it, while clients of the
 PLAINTEXT listener (and the broker's controller traffic) go direct. Services run as child
-processes (tests/services/fleet.py), recurring jobs and one-offs fire, and the fire ledger
+processes (bench/fleet.py), recurring jobs and one-offs fire, and the fire ledger
 from ``job-results`` shows each fire's one final outcome; the ``tests.effect`` handler's log
 shows each run, by which executor and when.
 
@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from bench.fleet import Fleet, Ledger, cron_every_second, one_off, ticks, whole_second_ms
 from infra.broker import LocalBroker, free_port
 from infra.settings import BrokerSettings
 from infra.toxiproxy import Proxy, Toxiproxy, build
@@ -37,7 +38,6 @@ from streams.settings import KafkaSettings
 from tests.conftest import ROOT
 
 from .executor.test_service_kit import now_ms
-from .fleet import Fleet, Ledger, cron_every_second, one_off, ticks, whole_second_ms
 
 pytestmark = [
     pytest.mark.kafka,

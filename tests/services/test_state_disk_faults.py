@@ -17,6 +17,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from bench.fleet import (
+    SERVICES,
+    Fleet,
+    Ledger,
+    cron_every_second,
+    executions,
+    one_off,
+    ticks,
+    whole_second_ms,
+)
 from services.ingest.client import KafkronClient
 from services.ingest.settings import IngestSettings
 from streams.admin import ensure_topics
@@ -28,16 +38,6 @@ from tests.small_filesystem import fill_up, small_filesystem
 from tests.streams.store_damage_kit import FOUND_AT_OPEN, damage, table_files
 
 from .executor.test_service_kit import CODEC, TopicReader, now_ms
-from .fleet import (
-    SERVICES,
-    Fleet,
-    Ledger,
-    cron_every_second,
-    executions,
-    one_off,
-    ticks,
-    whole_second_ms,
-)
 
 pytestmark = pytest.mark.kafka
 

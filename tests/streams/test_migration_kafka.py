@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.fleet import Fleet, cron_every_second, one_off
 from services.ingest.client import KafkronClient
 from services.ingest.settings import IngestSettings
 from streams.admin import ensure_topics
@@ -19,7 +20,6 @@ from streams.migration.progress import MigrationState, Phase
 from streams.settings import KafkaSettings
 from streams.topics import TopicNames
 from tests.services.executor.test_service_kit import now_ms
-from tests.services.fleet import Fleet, cron_every_second, one_off
 
 pytestmark = pytest.mark.kafka
 

@@ -1,9 +1,10 @@
 """Helpers of the executor's broker tests; no tests here.
 
 Due records, readers of the output topics, an executor on a thread or in a child process,
-a stand-in for the timer's retry wheel, and ``record_effect``: a handler that appends its
+a stand-in for the timer's retry wheel; ``record_effect`` (a handler that appends its
 effects to the file named by ``KAFKRON_TEST_EFFECTS`` so that tests count runs per
-execution across processes.
+execution across processes) and ``TopicReader`` live in bench/ (``bench.effects``,
+``bench.fleet``), which ``bench.chaos`` shares, and are imported here for the tests.
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from services.executor.context import HandlerContext
+from bench.effects import EFFECT_SPEC as EFFECT_SPEC
+from bench.effects import EFFECTS_ENV as EFFECTS_ENV
+from bench.effects import append_line as append_line
+from bench.effects import effects as effects
+from bench.effects import record_effect as record_effect
+from bench.fleet import TopicReader as TopicReader
 from services.executor.handlers import HandlerRegistry
 from services.executor.loop import ExecutorLoop
 from services.executor.service import build_registry, serve
@@ -38,8 +43,6 @@ from streams.topics import Priority, TopicNames
 
 ROOT = Path(__file__).resolve().parents[3]
 CODEC = Codec.from_directory()
-EFFECTS_ENV = "KAFKRON_TEST_EFFECTS"
-EFFECT_SPEC = "tests.effect=tests.services.executor.test_service_kit:record_effect"
 
 
 def now_ms() -> int:
@@ -118,53 +121,6 @@ def produce_due(
             for e in events
         ),
     )  # fmt: skip
-
-
-class TopicReader:
-    """Reads topics of the namespace from the start; keeps every record it read."""
-
-    def __init__(
-        self, settings: KafkaSettings, bases: Iterable[str], isolation: str = "read_committed"
-    ) -> None:
-        names = TopicNames(settings.namespace)
-        self.topics = [names.name(b) for b in bases]
-        self._consumer = Consumer(
-            settings.client_config(
-                **{"group.id": f"test-reader-{uuid.uuid4().hex[:8]}", "isolation.level": isolation,
-                   "enable.auto.commit": False}
-            )
-        )  # fmt: skip
-        self._consumer.assign(
-            [TopicPartition(t, p, 0) for t in self.topics for p in range(settings.partitions)]
-        )
-        self.records: list[tuple[str, int, int, bytes | None, bytes]] = []
-
-    def poll(self, timeout_s: float = 0.2) -> None:
-        for message in self._consumer.consume(10_000, timeout_s):
-            if message.error() is None:
-                self.records.append(
-                    (message.topic() or "", message.partition() or 0, message.offset() or 0,
-                     message.key(), message.value() or b"")
-                )  # fmt: skip
-
-    def decoded(self, base: str, kind: RecordKind) -> list[dict[str, Any]]:
-        topic = next(t for t in self.topics if t.endswith(base))
-        return [CODEC.decode(kind, r[4]) for r in self.records if r[0] == topic]
-
-    def results(self) -> list[dict[str, Any]]:
-        return self.decoded("job-results", RecordKind.EXECUTION_RESULT)
-
-    def wait_for(
-        self, done: Callable[[TopicReader], bool], timeout_s: float = 60.0, what: str = ""
-    ) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not done(self):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not within {timeout_s}s: {what} ({len(self.records)} read)")
-            self.poll()
-
-    def close(self) -> None:
-        self._consumer.close()
 
 
 def finals(results: Iterable[dict[str, Any]]) -> Counter[str]:
@@ -333,31 +289,3 @@ class RetryMover:
         self._stop.set()
         self._thread.join(10)
         self._reader.close()
-
-
-def append_line(path: Path, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def effects(path: Path) -> Counter[tuple[str, str]]:
-    """(phase, execution_id) -> how often ``record_effect`` logged it."""
-    if not path.exists():
-        return Counter()
-    return Counter(
-        (line.split()[0], line.split()[1]) for line in path.read_text().splitlines() if line
-    )
-
-
-async def record_effect(ctx: HandlerContext) -> None:
-    """Logs ``start``, sleeps ``payload`` s (on an execution's first run only), logs ``done``."""
-    path = Path(os.environ[EFFECTS_ENV])
-    seconds = float(ctx.payload.decode() or "0")
-    first = not seconds or effects(path)[("start", ctx.execution_id)] == 0
-    append_line(path, f"start {ctx.execution_id} {ctx.attempt} {ctx.worker_id} {now_ms()}")
-    if seconds and first:
-        await asyncio.sleep(seconds)
-    append_line(path, f"done {ctx.execution_id} {ctx.attempt} {ctx.worker_id} {now_ms()}")

@@ -1,13 +1,14 @@
-"""kafkron's services as child processes of a test, and the fire ledger read back from
-``job-results``; no tests here.
+"""kafkron's services as child processes of a test or of ``bench.chaos``, and the fire
+ledger read back from ``job-results``.
 
 A :class:`Fleet` runs the timer, the dag processor and the executor of one namespace
 (``python -m services.cli <service>``), each with its own state directory and log, and
-stops, kills or restarts any of them. Handlers are the executor test kit's
-``tests.effect`` (each run appends a line to an effects file, so runs are counted across
-processes). :class:`Ledger` reads ``job-results`` ``read_committed`` and counts the final
-outcomes of each execution: invariant 1 of docs/architecture.md is that each nominal fire
-has exactly one.
+stops, kills, pauses (SIGSTOP) or restarts any of them; two fleets of different names on one
+namespace are two instances of each service. Handlers are ``bench/effects.py``'s
+``tests.effect`` and ``chaos.dedup`` (each run appends lines to an effects file, so runs are
+counted across processes). :class:`Ledger` reads ``job-results`` ``read_committed`` and
+counts the final outcomes of each execution: invariant 1 of docs/architecture.md is that
+each nominal fire has exactly one.
 """
 
 from __future__ import annotations
@@ -19,18 +20,24 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.effects import DEDUP_SPEC, EFFECT_SPEC, EFFECTS_ENV, effects
 from services.executor.settings import DEFAULT_HANDLER_SPECS
 from services.readiness import group_probe, wait_until_ready
+from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
 from streams.settings import KafkaSettings
-from tests.conftest import ROOT
+from streams.topics import TopicNames
 
-from .executor.test_service_kit import EFFECT_SPEC, EFFECTS_ENV, TopicReader, effects
+ROOT = Path(__file__).resolve().parents[1]
+CODEC = Codec.from_directory()
 
 FINAL_STATUSES = frozenset(
     {"SUCCEEDED", "DEAD_LETTER", "SKIPPED", "MISSED", "CANCELLED", "UPSTREAM_FAILED"}
@@ -75,7 +82,9 @@ class Fleet:
             f"KAFKRON_{service.upper()}_METRICS_PORT": "0",
             "KAFKRON_EXECUTOR_COMMIT_INTERVAL_MS": "100",
             "KAFKRON_EXECUTOR_LOAD_ENTRY_POINTS": "false",
-            "KAFKRON_EXECUTOR_HANDLER_SPECS": json.dumps([EFFECT_SPEC, *DEFAULT_HANDLER_SPECS]),
+            "KAFKRON_EXECUTOR_HANDLER_SPECS": json.dumps(
+                [EFFECT_SPEC, DEDUP_SPEC, *DEFAULT_HANDLER_SPECS]
+            ),
             EFFECTS_ENV: str(self.effects_path),
             **extra,
         }
@@ -114,11 +123,29 @@ class Fleet:
         process = self.processes.get(service)
         return process is not None and process.poll() is None
 
+    def pid(self, service: str) -> int:
+        return self.processes[service].pid
+
+    def kill(self, service: str) -> int | None:
+        """SIGKILL: no commit, no leaving the group; its exit code."""
+        if self.alive(service):
+            self.processes[service].kill()
+        return self.wait_exit(service, 30.0)
+
+    def pause(self, service: str) -> None:
+        """SIGSTOP: the process holds its partitions, sockets and transaction, frozen."""
+        self.processes[service].send_signal(signal.SIGSTOP)
+
+    def resume(self, service: str) -> None:
+        self.processes[service].send_signal(signal.SIGCONT)
+
     def stop(self, *services: str, timeout_s: float = 30.0) -> None:
-        """SIGTERM (a final commit, leaving the group), SIGKILL after ``timeout_s``."""
+        """SIGTERM (a final commit, leaving the group), SIGKILL after ``timeout_s``; a
+        paused service is continued first."""
         names = services or tuple(self.processes)
         for service in names:
             if self.alive(service):
+                self.processes[service].send_signal(signal.SIGCONT)
                 self.processes[service].send_signal(signal.SIGTERM)
         for service in names:
             self.wait_exit(service, timeout_s, kill_after=True)
@@ -159,6 +186,53 @@ class Fleet:
 
     def effects(self) -> Counter[tuple[str, str]]:
         return effects(self.effects_path)
+
+
+class TopicReader:
+    """Reads topics of the namespace from the start; keeps every record it read."""
+
+    def __init__(
+        self, settings: KafkaSettings, bases: Iterable[str], isolation: str = "read_committed"
+    ) -> None:
+        names = TopicNames(settings.namespace)
+        self.topics = [names.name(b) for b in bases]
+        self._consumer = Consumer(
+            settings.client_config(
+                **{"group.id": f"test-reader-{uuid.uuid4().hex[:8]}", "isolation.level": isolation,
+                   "enable.auto.commit": False}
+            )
+        )  # fmt: skip
+        self._consumer.assign(
+            [TopicPartition(t, p, 0) for t in self.topics for p in range(settings.partitions)]
+        )
+        self.records: list[tuple[str, int, int, bytes | None, bytes]] = []
+
+    def poll(self, timeout_s: float = 0.2) -> None:
+        for message in self._consumer.consume(10_000, timeout_s):
+            if message.error() is None:
+                self.records.append(
+                    (message.topic() or "", message.partition() or 0, message.offset() or 0,
+                     message.key(), message.value() or b"")
+                )  # fmt: skip
+
+    def decoded(self, base: str, kind: RecordKind) -> list[dict[str, Any]]:
+        topic = next(t for t in self.topics if t.endswith(base))
+        return [CODEC.decode(kind, r[4]) for r in self.records if r[0] == topic]
+
+    def results(self) -> list[dict[str, Any]]:
+        return self.decoded("job-results", RecordKind.EXECUTION_RESULT)
+
+    def wait_for(
+        self, done: Callable[[TopicReader], bool], timeout_s: float = 60.0, what: str = ""
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done(self):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not within {timeout_s}s: {what} ({len(self.records)} read)")
+            self.poll()
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 class Ledger:
