@@ -3,9 +3,11 @@
 A broker of this module's own (``infra/sasl.py``): a SASL_PLAINTEXT listener (SCRAM-SHA-512)
 and the StandardAuthorizer, nothing allowed without an ACL. The admin (a super user,
 created at format time) creates the topics, a SCRAM user per service and the ACLs
-``kafkron acls`` derives; the timer and the executor run as child processes logged in as
-their users, the jobs are written as the API's user: a job fires end to end (SUCCEEDED on
-job-results). Then one ACL goes missing and the service stops with an error naming it.
+``kafkron acls`` derives; the timer, the executor, the dag processor and the API run as
+child processes logged in as their users: a one-off written with the client library (as the
+API's user) and a DAG created over the REST API run end to end (SUCCEEDED on job-results),
+and the API's dashboard reads every group. Then one ACL goes missing and the service stops
+with an error naming it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -107,6 +112,7 @@ class Services:
     def __init__(self, broker: SecuredBroker, namespace: str, base: Path) -> None:
         self.broker, self.namespace, self.base = broker, namespace, base
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.http_port = free_port()
 
     def start(self, service: str, user: str) -> None:
         env = {
@@ -119,8 +125,12 @@ class Services:
             "KAFKRON_LIBRDKAFKA": json.dumps(sasl_client_config(user, password(user))),
             "KAFKRON_TIMER_INSTANCE_ID": user,
             "KAFKRON_EXECUTOR_WORKER_ID": user,
+            "KAFKRON_DAG_INSTANCE_ID": user,
             "KAFKRON_TIMER_METRICS_PORT": "0",
             "KAFKRON_EXECUTOR_METRICS_PORT": "0",
+            "KAFKRON_DAG_METRICS_PORT": "0",
+            "KAFKRON_INGEST_METRICS_PORT": "0",
+            "KAFKRON_INGEST_HTTP_PORT": str(self.http_port),
             "KAFKRON_EXECUTOR_COMMIT_INTERVAL_MS": "100",
             "KAFKRON_EXECUTOR_LOAD_ENTRY_POINTS": "false",
         }
@@ -188,6 +198,31 @@ class Outcomes:
         self._consumer.close()
 
 
+def http(services: Services, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """One request to the API process; its status and JSON body (status 0: no answer)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{services.http_port}{path}", data=data, method=method,
+        headers={"content-type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+    except OSError:
+        return 0, None  # not listening yet
+
+
+def wait_api_ready(services: Services, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if http(services, "GET", "/healthz")[0] == 200:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"the API did not get ready\n{services.log('api')[-3000:]}")
+
+
 def submit_one_off(kafka: KafkaSettings, view_dir: Path, job_id: str, in_ms: int) -> str:
     """Write a one-off job as ``kafka``'s user; its execution id."""
     run_at_ms = clock.now_ms() + in_ms
@@ -202,7 +237,8 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
     started = time.monotonic()
     namespace = admin_kafka.namespace
     admin = AdminClient(admin_kafka.client_config())
-    rules = {s: service_rules(s, admin_kafka, False) for s in ("timer", "executor", "api")}
+    every = ("timer", "executor", "dag", "api")
+    rules = {s: service_rules(s, admin_kafka, False) for s in every}
     for user in (*rules, "bare-timer"):
         add_user(admin, user)
     for service, service_acls in rules.items():
@@ -211,13 +247,32 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
     outcomes = Outcomes(admin_kafka)
     services = Services(secured_broker, namespace, tmp_path)
     try:
-        services.start("timer", "timer")
-        services.start("executor", "executor")
+        for service in every:
+            services.start(service, service)
+        wait_api_ready(services, 60)
         first = submit_one_off(api, tmp_path / "view", "under-acls", 3_000)
-        assert outcomes.wait_for(first, 45) == "SUCCEEDED", services.log("timer") + services.log(
-            "executor"
-        )
+        root_ms = (clock.now_ms() // 1000 + 3) * 1000
+        root = {
+            "job_id": "dag-root",
+            "handler": "examples.noop",
+            "catchup": "all",
+            "cron": {"expression": "* * * * * *", "start": root_ms, "end": root_ms + 1},
+        }
+        child = {"job_id": "dag-child", "handler": "examples.noop", "depends_on": ["dag-root"]}
+        for job in (root, child):
+            status, body = http(services, "POST", "/api/jobs", job)
+            assert status in (200, 201), (status, body)
+        for execution in (
+            first,
+            execution_id("dag-root", root_ms),
+            execution_id("dag-child", root_ms),
+        ):
+            logs = "".join(services.log(s)[-2000:] for s in every)
+            assert outcomes.wait_for(execution, 45) == "SUCCEEDED", (execution, logs)
         fired_s = time.monotonic() - started
+        status, body = http(services, "GET", "/api/dashboard/partitions")
+        assert status == 200 and len(body["groups"]) == 3, (status, body)
+        assert all(g.get("error") is None and g["members"] for g in body["groups"]), body
 
         # The executor loses Write on job-results: its next result is refused, it stops.
         services.stop("executor")
@@ -250,6 +305,6 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
     for user in ("executor", "bare-timer"):
         print(next(line for line in services.log(user).splitlines() if line.startswith("kafkron:")))
     print(
-        f"under ACLs: first job SUCCEEDED {fired_s:.1f} s after the start; "
+        f"under ACLs: a one-off and a DAG run SUCCEEDED {fired_s:.1f} s after the start; "
         f"the whole test {time.monotonic() - started:.1f} s"
     )
