@@ -239,7 +239,7 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
     admin = AdminClient(admin_kafka.client_config())
     every = ("timer", "executor", "dag", "api")
     rules = {s: service_rules(s, admin_kafka, False) for s in every}
-    for user in (*rules, "bare-timer"):
+    for user in (*rules, "bare-timer", "no-txn-dag"):
         add_user(admin, user)
     for service, service_acls in rules.items():
         create_acls(admin, service_acls, f"User:{service}")
@@ -290,19 +290,26 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
         assert "kafkron acls --service" in log, log[-3000:]
         assert second not in outcomes.statuses
 
-        # A timer without Read on its group: refused at its first heartbeat, it stops.
+        # A timer without Read on its group (refused when it looks up its coordinator) and a
+        # dag processor without Write on its transactional ids (refused at start) stop.
         bare = without(rules["timer"], f"{namespace}timer", Operation.READ)
         create_acls(admin, bare, "User:bare-timer")
+        no_txn = without(rules["dag"], f"{namespace}dag.", Operation.WRITE)
+        create_acls(admin, no_txn, "User:no-txn-dag")
         services.start("timer", "bare-timer")
-        code = services.wait_exit("bare-timer", 45)
-        log = services.log("bare-timer")
-        assert code is not None and code != 0, f"the timer kept running\n{log[-3000:]}"
-        assert "GROUP_AUTHORIZATION_FAILED" in log, log[-3000:]
-        assert "Read on its consumer group" in log, log[-3000:]
+        services.start("dag", "no-txn-dag")
+        for user, code_name, named in (
+            ("bare-timer", "GROUP_AUTHORIZATION_FAILED", "Read on its consumer group"),
+            ("no-txn-dag", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "Write and Describe on the"),
+        ):
+            code = services.wait_exit(user, 45)
+            log = services.log(user)
+            assert code is not None and code != 0, f"{user} kept running\n{log[-3000:]}"
+            assert code_name in log and named in log, log[-3000:]
     finally:
         services.stop_all()
         outcomes.close()
-    for user in ("executor", "bare-timer"):
+    for user in ("executor", "bare-timer", "no-txn-dag"):
         print(next(line for line in services.log(user).splitlines() if line.startswith("kafkron:")))
     print(
         f"under ACLs: a one-off and a DAG run SUCCEEDED {fired_s:.1f} s after the start; "
