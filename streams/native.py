@@ -42,6 +42,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "services.executor.result_bytes",
     "services.executor.runs",
     "services.timer.drain",
+    "services.timer.fairness",
     "services.timer.due_bytes",
     "services.timer.firing",
     "services.timer.inputs",

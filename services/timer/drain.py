@@ -1,5 +1,9 @@
 """One punctuation of one partition: fire its due wheel entries, oldest first, within a budget.
 
+Key order is fire-time order, and within one fire time the tenants' scheduled entries take
+turns (their keys carry a tenant rank: ``keys.py``, ``fairness.py``), so a small tenant's
+herd is not queued behind a big one's.
+
 The hot path is an on-time one-off with nothing in flight (a *fast* entry): its value holds
 the DueEvent encoded up to ``emitted_at_ms``, so firing it is one concatenation and one
 produce: no state read or write (``state.py``) and no delete (``wheel.py``: the drain
@@ -23,6 +27,8 @@ from services.timer.state import FAST_MARKER, FAST_VALUE_HEADER, load_state, sav
 from services.timer.wheel import collect_fired, save_watermark, watermark
 
 _SCHEDULE = keys.SCHEDULE
+_RANKED = keys.RANKED
+_RANKED_ID_AT = keys.RANKED_ID_AT
 
 
 def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
@@ -63,12 +69,18 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
             scope.unfired_ms = fire_ms_of(key)
             break
         last_key = key
-        if key[-1] == _SCHEDULE and value[0] == FAST_MARKER and key >= on_time_from:
+        kind = key[-1]
+        if (
+            (kind == _RANKED or kind == _SCHEDULE)  # noqa: SIM109 (two int compares, compiled)
+            and value[0] == FAST_MARKER
+            and key >= on_time_from
+        ):
             if moved_possible:
                 if scope.wheel.get(key) != value:
                     continue
                 fire_stats.add_key(key, now_ms)  # past the prefix: counted one by one
-            emit((due_topics[value[1]], key[8:-1], value[FAST_VALUE_HEADER:] + tail))
+            job_id = key[_RANKED_ID_AT:-1] if kind == _RANKED else key[8:-1]
+            emit((due_topics[value[1]], job_id, value[FAST_VALUE_HEADER:] + tail))
             fast += 1
         else:
             if not moved_possible:
@@ -101,7 +113,10 @@ def fire_entry(scope: Scope, key: bytes, value: bytes) -> None:
         fire_backfill(scope, key, value)  # reads the job's state, never writes it
         return
     state = load_state(scope, parsed.job_id)
-    if state is None or (parsed.kind == keys.SCHEDULE and state.sched_fire_ms != parsed.fire_ms):
+    if state is None or (
+        parsed.kind == keys.SCHEDULE
+        and (state.sched_fire_ms != parsed.fire_ms or state.sched_rank != parsed.rank)
+    ):
         scope.wheel.delete(key)  # a stray entry: its job is gone or a command moved it
         return
     if parsed.kind == keys.SCHEDULE:

@@ -2,7 +2,12 @@
 
 Layout, parsed from both ends (a job id may hold any byte):
 
-* ``SCHEDULE``  ``fire_ms | job_id | b"S"``: the job's next scheduled tick (cron or one-off).
+* ``SCHEDULE``  ``fire_ms | rank | job_id | b"s"``: the job's next scheduled tick (cron or
+  one-off); ``rank`` (4 bytes big-endian) is the job's ordinal among its tenant's entries
+  at that fire time in that partition, divided by the tenant's weight (``fairness.py``),
+  so that one instant's entries fire tenant by tenant in turn, not in job-id order.
+* legacy ``SCHEDULE`` ``fire_ms | job_id | b"S"``: written before ranks, still read,
+  moved and fired (a state with ``sched_rank`` NO_RANK names one); never written again.
 * ``MANUAL``    ``fire_ms | job_id | tick_ms | b"M"``: a trigger-now fire of ``tick_ms``.
 * ``RETRY``     ``fire_ms | job_id | tick_ms | b"R"``: the next attempt of execution ``tick_ms``.
 * ``BACKFILL``  ``fire_ms | job_id | tick_ms | b"B"``: the next slice of a backfill, from
@@ -20,16 +25,24 @@ import struct
 from dataclasses import dataclass
 
 SCHEDULE = ord("S")
+RANKED = ord("s")  # a SCHEDULE entry keyed with its tenant rank; parsed as SCHEDULE
 MANUAL = ord("M")
 RETRY = ord("R")
 TOMBSTONE = ord("T")
 BACKFILL = ord("B")
 
 _WITH_TICK = frozenset({MANUAL, RETRY, BACKFILL})
-_KINDS = frozenset({SCHEDULE, MANUAL, RETRY, TOMBSTONE, BACKFILL})
+_KINDS = frozenset({SCHEDULE, RANKED, MANUAL, RETRY, TOMBSTONE, BACKFILL})
 _TIME_LEN = 8
+_RANK_LEN = 4
+RANKED_ID_AT = _TIME_LEN + _RANK_LEN
+"""Where the job id starts in a ranked SCHEDULE key (8 before it in a legacy one)."""
+MAX_RANK = 2**32 - 1
+NO_RANK = -1
+"""The rank of a legacy SCHEDULE key (and of a state stored before ranks)."""
 _MAX_MS = 2**64 - 1
 _PACK_U64 = struct.Struct(">Q").pack
+_PACK_U32 = struct.Struct(">I").pack
 
 
 def pack_ms(epoch_ms: int) -> bytes:
@@ -47,9 +60,12 @@ def due_bound(now_ms: int) -> bytes:
     return pack_ms(now_ms + 1)
 
 
-def schedule_key(fire_ms: int, job_id: bytes) -> bytes:
-    """Key of a job's scheduled tick firing at ``fire_ms``."""
-    return pack_ms(fire_ms) + job_id + b"S"
+def schedule_key(fire_ms: int, job_id: bytes, rank: int) -> bytes:
+    """Key of a job's scheduled tick firing at ``fire_ms`` with tenant rank ``rank`` (at most
+    MAX_RANK); a negative rank (NO_RANK): the legacy key without one."""
+    if rank < 0:
+        return pack_ms(fire_ms) + job_id + b"S"
+    return pack_ms(fire_ms) + _PACK_U32(min(rank, MAX_RANK)) + job_id + b"s"
 
 
 def manual_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
@@ -74,12 +90,14 @@ def tombstone_key(fire_ms: int, job_id: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class WheelKey:
-    """A parsed wheel key; ``tick_ms`` is set for manual, retry and backfill entries only."""
+    """A parsed wheel key; ``tick_ms`` is set for manual, retry and backfill entries only,
+    ``rank`` is set for ranked SCHEDULE entries only (their ``kind`` is SCHEDULE)."""
 
     fire_ms: int
     job_id: bytes
     kind: int
     tick_ms: int | None = None
+    rank: int = NO_RANK
 
 
 def parse_key(key: bytes) -> WheelKey:
@@ -93,4 +111,9 @@ def parse_key(key: bytes) -> WheelKey:
             raise ValueError(f"timing-wheel key too short for its kind: {key!r}")
         tick_ms = int.from_bytes(key[-1 - _TIME_LEN : -1], "big")
         return WheelKey(fire_ms, key[_TIME_LEN : -1 - _TIME_LEN], kind, tick_ms)
+    if kind == RANKED:
+        if len(key) < RANKED_ID_AT + 2:
+            raise ValueError(f"timing-wheel key too short for its kind: {key!r}")
+        rank = int.from_bytes(key[_TIME_LEN:RANKED_ID_AT], "big")
+        return WheelKey(fire_ms, key[RANKED_ID_AT:-1], SCHEDULE, None, rank)
     return WheelKey(fire_ms, key[_TIME_LEN:-1], kind)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from services.timer.due_bytes import DueEventBytes, due_event_record
+from services.timer.fairness import TenantRanks
 from services.timer.fire_stats import FireStats
 from services.timer.settings import TimerSettings
 from services.timer.stored_state import StoredStates
@@ -88,6 +89,8 @@ class TimerEnv:
     releases_topic: str = ""
     # Fires and their lateness, outcomes recorded, backlog and wheel size (``metrics.py``).
     fire_stats: FireStats = field(default_factory=FireStats)
+    # The tenant rank of each new scheduled entry's wheel key (``fairness.py``).
+    tenant_ranks: TenantRanks = field(default_factory=TenantRanks)
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""
@@ -133,6 +136,7 @@ class TimerEnv:
             fire_ahead_ms=settings.fire_ahead_ms,
             result_reader=ResultReader(codec),
             releases_topic=names.dag_releases,
+            tenant_ranks=TenantRanks(settings.tenant_weights, enabled=settings.fair_tenants),
         )
 
 
@@ -162,6 +166,8 @@ class Scope:
     # After a drain: the fire time of the oldest due entry it left unfired (its batch was
     # full), None when it fired every due entry (``metrics.py``: the due backlog).
     unfired_ms: int | None = field(default=None)
+    # The partition of the stores (tenant ranks count per partition: ``fairness.py``).
+    partition: int = field(default=0)
 
     @property
     def horizon_ms(self) -> int:

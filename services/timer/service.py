@@ -49,7 +49,7 @@ class TimerHooks:
     ) -> None:
         """Apply one record of ``jobs``, ``job-results`` or ``retry``."""
         # The per-record hook has no offset; dead letters carry None.
-        handle_input(self._scope(ctx, _now_ms()), topic, partition, None, key, value)
+        handle_input(self._scope(ctx, _now_ms(), partition), topic, partition, None, key, value)
 
     def on_records(
         self,
@@ -70,7 +70,7 @@ class TimerHooks:
                     ctx, topic, partition, record.key(), record.value(), record.timestamp()[1]
                 )
             return
-        scope = self._scope(ctx, _now_ms())
+        scope = self._scope(ctx, _now_ms(), partition)
         # Every record reads its job's state: one multi-get for the run (~1 us less per key).
         if len(records) > 1:
             scope.jobs.prefetch([key for record in records if (key := record.key()) is not None])
@@ -91,7 +91,7 @@ class TimerHooks:
         With nothing due, collect fired entries as the pacer allows (see ``pacing.py``), at a
         trickle while inputs wait (a herd's results).
         """
-        scope = self._scope(ctx, now_ms)
+        scope = self._scope(ctx, now_ms, partition)
         emitted = drain_due(scope, self.env.batch_size, collect=False)
         self._note_backlog(scope, partition, now_ms)
         commit_within_ms = self.pacer.commit_within_ms(partition, emitted)
@@ -110,6 +110,7 @@ class TimerHooks:
         """Forget the partition's drain progress and its due backlog."""
         self.pacer.forget(partition)
         self.env.fire_stats.backlog_ms.pop(partition, None)
+        self.env.tenant_ranks.forget(partition)
 
     def _note_backlog(self, scope: Scope, partition: int, now_ms: int) -> None:
         """After a drain: how long the oldest due entry it left unfired has been due."""
@@ -117,7 +118,7 @@ class TimerHooks:
         backlog_ms = 0 if unfired_ms is None else max(0, now_ms - unfired_ms)
         self.env.fire_stats.backlog_ms[partition] = backlog_ms
 
-    def _scope(self, ctx: ProcessorContext, now_ms: int) -> Scope:
+    def _scope(self, ctx: ProcessorContext, now_ms: int, partition: int) -> Scope:
         return Scope(
             self.env,
             ctx.store(JOBS_STORE),
@@ -125,6 +126,7 @@ class TimerHooks:
             ctx.produce,
             now_ms,
             emit_many=ctx.produce_many,
+            partition=partition,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Annotated
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -86,6 +87,14 @@ class TimerSettings(BaseSettings):
     # once (a job created already due, a catch-up tail) can wait this long too.
     # 0, or fire_ahead_ms 0: commit at the end of each punctuation round that fired.
     trickle_commit_interval_ms: int = Field(default=25, ge=0)
+    # Tenant-fair draining (``fairness.py``): the scheduled entries due at one instant fire
+    # tenant by tenant in turn, so a small tenant's herd is not queued behind a big one's.
+    # Off: job-id order within an instant (the order before; for comparisons).
+    fair_tenants: bool = True
+    # Entries per turn of a tenant in that order (default 1), as JSON, e.g.
+    # KAFKRON_TIMER_TENANT_WEIGHTS='{"interactive": 4}'. Only the timer's order within an
+    # instant reads it; weights below 1 are refused.
+    tenant_weights: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
 
     def group_id(self) -> str:
         """The consumer group of every timer process of this namespace."""

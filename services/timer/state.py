@@ -62,7 +62,7 @@ def started_is_known(scope: Scope, job_id: bytes, tick_ms: int) -> bool:
     if data is None:
         return True
     states = scope.env.states
-    tail_at = states.tail_at(data)
+    rank, tail_at = states.rank_and_tail_at(data)
     if tail_at < 0:
         return False
     view = _started_view(states, data[tail_at:])
@@ -71,7 +71,7 @@ def started_is_known(scope: Scope, job_id: bytes, tick_ms: int) -> bool:
     running, fast_tick_ms, fast_fire_ms = view
     if fast_tick_ms is None or fast_fire_ms is None:
         return tick_ms in running
-    if not _fast_entry_fired(scope, keys.schedule_key(fast_fire_ms, job_id)):
+    if not _fast_entry_fired(scope, keys.schedule_key(fast_fire_ms, job_id, rank)):
         return tick_ms in running
     # load_state applies the fire of the fast entry: its tick joins the list as mark_running
     # adds it, the oldest dropping out of a full list.
@@ -88,7 +88,8 @@ def _started_view(
     states: StoredStates, tail: bytes
 ) -> tuple[tuple[int, ...], int | None, int | None] | None:
     """(ticks in flight, tick and wheel key time of a pending fast entry) in a stored tail;
-    None when it does not read. Remembered: a herd's states share their tails."""
+    None when it does not read. Remembered: a herd's states share their tails (the entry's
+    rank is stored before the tail)."""
     fields = states.tail_fields(tail)
     if fields is None:
         return None
@@ -114,14 +115,14 @@ def complete_fired_one_off(
     if data is None:
         return False
     states = scope.env.states
-    tail_at = states.tail_at(data)
+    rank, tail_at = states.rank_and_tail_at(data)
     if tail_at < 0:
         return False
     tail = data[tail_at:]
     pending = _pending_fast_one_off(states, tail)
     if pending is None or pending[0] != tick_ms:
         return False
-    if not _fast_entry_fired(scope, keys.schedule_key(pending[1], job_id)):
+    if not _fast_entry_fired(scope, keys.schedule_key(pending[1], job_id, rank)):
         return False
     completed = _completed_one_off_tail(states, tail, tick_ms, retain(scope, job_id))
     scope.jobs.set(job_id, data[:tail_at] + completed)
@@ -175,12 +176,13 @@ def load_state(scope: Scope, job_id: bytes) -> TimerState | None:
         return None
     state = decode_state(scope, data)
     if state.fast and state.sched_fire_ms is not None and state.sched_tick_ms is not None:
-        if not _fast_entry_fired(scope, keys.schedule_key(state.sched_fire_ms, job_id)):
+        key = keys.schedule_key(state.sched_fire_ms, job_id, state.sched_rank)
+        if not _fast_entry_fired(scope, key):
             return state
         tick_ms = state.sched_tick_ms
         state.last_tick_ms = tick_ms
         mark_running(scope, state, tick_ms)
-        state.sched_tick_ms = state.sched_fire_ms = None
+        state.sched_tick_ms = state.sched_fire_ms = None  # sched_rank: read only with these
         state.fast = False
     return state
 
@@ -231,21 +233,22 @@ def set_schedule_entry(scope: Scope, state: TimerState, tick_ms: int) -> None:
     job = state.job(scope)
     fire_ms = fire_at_ms(job, tick_ms)
     key_ms = place_ms(scope, fire_ms)
-    state.sched_tick_ms, state.sched_fire_ms = tick_ms, key_ms
+    rank = scope.env.tenant_ranks.rank(scope.partition, key_ms, job["tenant"])
+    state.sched_tick_ms, state.sched_fire_ms, state.sched_rank = tick_ms, key_ms, rank
     state.fast = fast_allowed(scope, state)
     if state.fast:
         prefix = scope.env.due_bytes.first_attempt_prefix(job, tick_ms, fire_ms, "SCHEDULE")
         value = _FAST_HEADERS[job["priority"]] + prefix
     else:
         value = _SLOW
-    scope.wheel.set(keys.schedule_key(key_ms, state.key), value)
+    scope.wheel.set(keys.schedule_key(key_ms, state.key, rank), value)
 
 
 def clear_schedule_entry(scope: Scope, state: TimerState) -> None:
     """Remove the job's pending scheduled entry, if any."""
     if state.sched_fire_ms is not None:
-        scope.wheel.delete(keys.schedule_key(state.sched_fire_ms, state.key))
-    state.sched_tick_ms = state.sched_fire_ms = None
+        scope.wheel.delete(keys.schedule_key(state.sched_fire_ms, state.key, state.sched_rank))
+    state.sched_tick_ms = state.sched_fire_ms = None  # sched_rank: read only with these
     state.fast = False
 
 

@@ -1,7 +1,11 @@
 """The record the timer keeps per job (:class:`TimerState`) and its bytes in the ``jobs`` store.
 
-The record is ``schemas/timer_state.v1.avsc``; :class:`TimerState` has one attribute per
+The record is ``schemas/timer_state.v2.avsc``; :class:`TimerState` has one attribute per
 field, named as the schema names it (nested records as tuples), plus what is not stored.
+v1 states (no ``sched_rank``) still load, with NO_RANK: their pending wheel entry has the
+legacy key without a rank (``keys.py``). The rank is stored before ``job_bytes``, in the
+head, read by :meth:`StoredStates.rank_and_tail_at`: it differs per job, and the tail a
+herd's states share must stay shared.
 :class:`StoredStates` writes it in the codec's single-object encoding, so the fingerprint
 tells schema versions apart and a later version adds fields, with code generated from the
 schema (``record_bytes.py``): exact or unused.
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from services.timer.keys import NO_RANK
 from services.timer.record_bytes import RecordBytes
 from streams.avro_binary import read_long
 from streams.codec import HEADER_LEN, Codec, RecordKind
@@ -38,14 +43,17 @@ if TYPE_CHECKING:
 
 TAIL_AFTER = "job_bytes"
 """The schema's fields after this one are those a job-results record reads or changes."""
+RANK_FIELD = "sched_rank"
+"""Stored before the tail: ranks differ per job, tails are shared (a herd's)."""
 _FORMAT_1 = b"\x01"
 
 
 @dataclass(slots=True)
 class TimerState:
-    """What the timer keeps per job: the fields of ``schemas/timer_state.v1.avsc`` in its
-    order (their meaning is in the schema's docs), then the Job decoded from ``job_bytes``,
-    once per load."""
+    """What the timer keeps per job: the fields of ``schemas/timer_state.v2.avsc`` in its
+    order but for ``sched_rank`` (last here, so that states are built as before it came:
+    :func:`state_of_fields` builds one from the schema's order), their meaning in the
+    schema's docs, then the Job decoded from ``job_bytes``, once per load."""
 
     job_id: str
     version: int
@@ -62,6 +70,8 @@ class TimerState:
     manual_done_ms: int | None = None
     completed: bool = False
     tombstone_fire_ms: int | None = None
+    # v2, stored before job_bytes (see state_of_fields); NO_RANK: a legacy wheel key.
+    sched_rank: int = NO_RANK
     decoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -88,6 +98,47 @@ class TimerState:
         return self.job_id.encode()
 
 
+def state_of_fields(
+    job_id: str,
+    version: int,
+    status: str,
+    sched_rank: int,
+    job_bytes: bytes,
+    one_off_run_at_ms: int | None,
+    sched_tick_ms: int | None,
+    sched_fire_ms: int | None,
+    fast: bool,
+    last_tick_ms: int | None,
+    running: list[int],
+    queued: tuple[int, str] | None,
+    manual: list[tuple[int, int]],
+    manual_done_ms: int | None,
+    completed: bool,
+    tombstone_fire_ms: int | None,
+) -> TimerState:
+    """A :class:`TimerState` of the schema's fields in the schema's order (the generated
+    decoder's ``make``)."""
+    state = TimerState(
+        job_id,
+        version,
+        status,
+        job_bytes,
+        one_off_run_at_ms,
+        sched_tick_ms,
+        sched_fire_ms,
+        fast,
+        last_tick_ms,
+        running,
+        queued,
+        manual,
+        manual_done_ms,
+        completed,
+        tombstone_fire_ms,
+    )
+    state.sched_rank = sched_rank
+    return state
+
+
 def one_off_run_at_ms_of(job: dict[str, Any]) -> int | None:
     """The run time of a one-off Job, None for any other (cron, dependent) job."""
     run_at_ms: int | None = job["run_at_ms"] if job["cron"] is None else None
@@ -98,10 +149,13 @@ class StoredStates:
     """Reads and writes the stored bytes of :class:`TimerState` for one codec."""
 
     def __init__(self, codec: Codec) -> None:
-        self.record = RecordBytes(codec, RecordKind.TIMER_STATE, TimerState, memo_after=TAIL_AFTER)
+        self.record = RecordBytes(
+            codec, RecordKind.TIMER_STATE, state_of_fields, memo_after=TAIL_AFTER
+        )
         tail_from = self.record.names.index(TAIL_AFTER) + 1
         head = _sized_or_varint(self.record.schema["fields"][:tail_from])
         self._head = head or ()
+        self._rank_at = self.record.names.index(RANK_FIELD)
         self._tail_reader, self._tail_writer = self.record.fields(tail_from)
         self._header = self.record.header
         # The tail is read only in bytes the generated code is proven to read.
@@ -130,11 +184,18 @@ class StoredStates:
     def tail_at(self, data: bytes) -> int:
         """Where the tail starts in ``data``; -1 when it cannot say (format 1, another schema
         version, damaged bytes): load the state instead."""
+        return self.rank_and_tail_at(data)[1]
+
+    def rank_and_tail_at(self, data: bytes) -> tuple[int, int]:
+        """The stored ``sched_rank`` (read on the way) and :meth:`tail_at`; (NO_RANK, -1)
+        when it cannot say."""
         if not self.shortcuts.enabled or not data.startswith(self._header):
-            return -1
+            return NO_RANK, -1
         pos = HEADER_LEN
+        rank = NO_RANK
+        rank_at = self._rank_at
         try:
-            for sized in self._head:  # a varint, or a varint length and that many bytes
+            for index, sized in enumerate(self._head):  # a varint, or a length and its bytes
                 byte = data[pos]
                 if byte < 0x80:
                     value = (byte >> 1) ^ -(byte & 1)
@@ -147,11 +208,13 @@ class StoredStates:
                     value, pos = read_long(data, pos)
                 if sized:
                     if value < 0:
-                        return -1
+                        return NO_RANK, -1
                     pos += value
+                elif index == rank_at:
+                    rank = value
         except (IndexError, ValueError):
-            return -1
-        return pos if pos <= len(data) else -1
+            return NO_RANK, -1
+        return (rank, pos) if pos <= len(data) else (NO_RANK, -1)
 
     def tail_fields(self, tail: bytes) -> dict[str, Any] | None:
         """The fields in ``tail`` (the bytes from :meth:`tail_at`) by name; None when the

@@ -168,6 +168,7 @@ SAMPLES: dict[RecordKind, dict[str, Any]] = {
         "job_id": "reports.nightly",
         "version": 3,
         "status": "SCHEDULED",
+        "sched_rank": 17,
         "job_bytes": b"\xc3\x01\x00",
         "one_off_run_at_ms": None,
         "sched_tick_ms": 1_700_000_060_000,

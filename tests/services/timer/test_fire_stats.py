@@ -35,7 +35,8 @@ def naive(fire_times_ms: list[int], now_ms: int) -> Buckets:
 def wheel_entries(fire_times_ms: list[int]) -> list[tuple[bytes, bytes]]:
     """Sorted wheel items as a scan returns them (distinct job ids, one per time)."""
     return sorted(
-        (keys.schedule_key(fire_ms, b"job-%d" % i), b"F") for i, fire_ms in enumerate(fire_times_ms)
+        (keys.schedule_key(fire_ms, b"job-%d" % i, i % 3), b"F")
+        for i, fire_ms in enumerate(fire_times_ms)
     )
 
 

@@ -628,12 +628,18 @@ def test_an_unschedulable_job_goes_to_the_dlq() -> None:
 
 def test_wheel_entries_are_time_ordered_and_round_trip() -> None:
     entries = [
-        keys.schedule_key(T0 + 5, b"z"),
+        keys.schedule_key(T0 + 5, b"z", keys.NO_RANK),
+        keys.schedule_key(T0 + 4, b"y", 7),
         keys.manual_key(T0 + 1, b"job\x00S", T0 + 1),
         keys.retry_key(T0 + 2, b"a", T0 - 9),
         keys.tombstone_key(T0 + 3, b"\xffT"),
     ]
-    assert [keys.parse_key(k).fire_ms for k in sorted(entries)] == [T0 + 1, T0 + 2, T0 + 3, T0 + 5]
+    assert [keys.parse_key(k).fire_ms for k in sorted(entries)] == [
+        T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 5
+    ]  # fmt: skip
+    ranked = keys.parse_key(keys.schedule_key(T0 + 4, b"y", 7))
+    assert (ranked.job_id, ranked.kind, ranked.rank) == (b"y", keys.SCHEDULE, 7)
+    assert keys.parse_key(keys.schedule_key(T0 + 5, b"z", keys.NO_RANK)).rank == keys.NO_RANK
     parsed = keys.parse_key(keys.retry_key(T0 + 2, b"a", T0 - 9))
     assert (parsed.job_id, parsed.kind, parsed.tick_ms) == (b"a", keys.RETRY, T0 - 9)
     assert keys.parse_key(keys.manual_key(T0 + 1, b"job\x00S", T0 + 1)).job_id == b"job\x00S"

@@ -146,7 +146,13 @@ def test_states_stored_in_format_1_still_load_and_complete() -> None:
     timer.submit(cron_job("old-cron", "0 0 1 1 *", T0), T0)
     for job_id in (b"old", b"old-cron"):
         state = load_state(timer.scope(T0), job_id)
-        assert state is not None
+        assert state is not None and state.sched_fire_ms is not None
+        # Stored before ranks: the entry has the legacy key (services/timer/keys.py).
+        ranked = keys.schedule_key(state.sched_fire_ms, job_id, state.sched_rank)
+        entry = timer.wheel.data[ranked]
+        timer.wheel.delete(ranked)
+        timer.wheel.set(keys.schedule_key(state.sched_fire_ms, job_id, keys.NO_RANK), entry)
+        state.sched_rank = keys.NO_RANK
         timer.jobs.data[job_id] = format_1_bytes(state, with_run_at=False)
         assert load_state(timer.scope(T0), job_id) == state
     timer.punctuate(T0 + 1_000)  # a fast fire: the stored state is left as it was
@@ -191,6 +197,7 @@ ticks = st.sampled_from([T0 + 1_000, T0 + 2_000, T0 + 3_000, T0 + 4_000])
     watermark_ms=st.none() | st.sampled_from([T0 + 500, T0 + 2_500, T0 + 5_000]),
     max_running=st.integers(1, 4),
     asked_ms=ticks,
+    sched_rank=st.sampled_from([keys.NO_RANK, 0, 300]),
 )
 def test_started_is_known_agrees_with_load_state(
     running: list[int],
@@ -201,6 +208,7 @@ def test_started_is_known_agrees_with_load_state(
     watermark_ms: int | None,
     max_running: int,
     asked_ms: int,
+    sched_rank: int,
 ) -> None:
     timer = Timer(max_running_per_job=max_running)
     job_bytes = CODEC.encode(RecordKind.JOB, one_off("p", T0 + 1_000).to_avro())
@@ -208,11 +216,12 @@ def test_started_is_known_agrees_with_load_state(
         "p", 1, "SCHEDULED", job_bytes, T0 + 1_000, sched_tick_ms, sched_fire_ms, fast
     )
     state.running = running[-max_running:]
+    state.sched_rank = sched_rank  # NO_RANK: a legacy key
     timer.jobs.set(b"p", encode_state(timer.scope(T0), state))
     if watermark_ms is not None:
         timer.jobs.set(WATERMARK_KEY, keys.pack_ms(watermark_ms))
     if entry_in_wheel and sched_fire_ms is not None:
-        timer.wheel.set(keys.schedule_key(sched_fire_ms, b"p"), b"F")
+        timer.wheel.set(keys.schedule_key(sched_fire_ms, b"p", sched_rank), b"F")
     loaded = load_state(timer.scope(T0 + 6_000), b"p")
     assert loaded is not None
     known = started_is_known(timer.scope(T0 + 6_000), b"p", asked_ms)
@@ -330,6 +339,7 @@ _FIELD_NAMES = st.sampled_from(sorted(_HERD_CASE))
     entry_in_wheel=st.booleans(),
     watermark_ms=st.none() | st.sampled_from([T0 + 500, T0 + 2_500, T0 + 5_000]),
     max_running=st.integers(1, 3),
+    sched_rank=st.sampled_from([keys.NO_RANK, 0, 300]),
 )
 def test_results_change_the_stores_as_applying_them_to_the_loaded_state_does(
     data: st.DataObject,
@@ -339,6 +349,7 @@ def test_results_change_the_stores_as_applying_them_to_the_loaded_state_does(
     entry_in_wheel: bool,
     watermark_ms: int | None,
     max_running: int,
+    sched_rank: int,
 ) -> None:
     """``apply_result`` (with its shortcuts) against ``apply_to_state``: the same stored
     bytes, wheel and outputs, for the herd's case, states a few fields away from it, and any
@@ -356,6 +367,8 @@ def test_results_change_the_stores_as_applying_them_to_the_loaded_state_does(
     state.running, state.queued = v["running"][-max_running:], v["queued"]
     state.completed, state.last_tick_ms = v["completed"], v["last_tick_ms"]
     state.tombstone_fire_ms = v["tombstone_fire_ms"]
+    if v["stored_as"] == "record":  # format 1 has no rank: its entry has the legacy key
+        state.sched_rank = sched_rank
     key = job_id.encode()
     timers = []
     for _ in range(2):
@@ -368,7 +381,7 @@ def test_results_change_the_stores_as_applying_them_to_the_loaded_state_does(
         if watermark_ms is not None:
             timer.jobs.set(WATERMARK_KEY, keys.pack_ms(watermark_ms))
         if entry_in_wheel and sched_fire_ms is not None:
-            timer.wheel.set(keys.schedule_key(sched_fire_ms, key), b"F")
+            timer.wheel.set(keys.schedule_key(sched_fire_ms, key, state.sched_rank), b"F")
         timers.append(timer)
     shortcut, full = timers
     now_ms = T0 + 6_000

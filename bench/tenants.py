@@ -1,0 +1,198 @@
+"""Tenant fairness in a herd: a big tenant's herd and a small one's due at one instant.
+
+Run: ``flock /tmp/kafkron-bench.lock .venv/bin/python -m bench.tenants --a-jobs 1000000
+--b-jobs 10000`` (``--a-jobs 200000 --b-jobs 2000`` for a quick run).
+
+Each run starts a timer (``bench.herd.TimerProcess``) and ``--executors`` executors
+(``bench.e2e_herd.ExecutorChild``) in a fresh namespace, proves them live with a canary per
+partition, then creates tenant A's one-offs and then tenant B's (raw Job records on ``jobs``,
+B's ids sorting after A's: in job-id order every B fire comes after A's in its partition),
+all due at one instant, and waits until the timer has taken in every create before it.
+Reported from the ``job-results`` read back ``read_committed``: B's start lateness
+(``started_at_ms - scheduled_for_ms``) p50/p99/max and A's, and A's drain time (the instant
+to A's last start). Runs alternate between weighted draining on and off
+(``KAFKRON_TIMER_FAIR_TENANTS``), so the figures of both come from the same session and the
+ratios (on / off) are the result; every execution must have exactly one SUCCEEDED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from bench.e2e_herd import (
+    EXECUTOR_ENV,
+    HANDLER,
+    ExecutorChild,
+    Intake,
+    ResultLog,
+    jobs_end_offsets,
+    wait_for_intake,
+    wait_until_serving,
+)
+from bench.herd import TimerProcess, fresh_namespace, job_record, now_ms, percentile, produce_jobs
+from streams.codec import Codec, RecordKind
+from streams.settings import KafkaSettings
+
+CODEC = Codec.from_directory()
+PREFIX = "tn-"
+
+
+@dataclass(frozen=True)
+class TenantFigures:
+    """One run's start lateness of each tenant and A's drain time."""
+
+    fair: bool
+    b_late_ms: list[int]
+    a_late_ms: list[int]
+    a_drain_ms: int  # the instant to A's last start
+    duplicates: int
+    intake_spare_s: float
+
+    def line(self) -> str:
+        b, a = self.b_late_ms, self.a_late_ms
+        return (
+            f"weighted draining {'on ' if self.fair else 'off'}: B start lateness ms p50 "
+            f"{percentile(b, 0.5)}, p99 {percentile(b, 0.99)}, max {b[-1]}; A p50 "
+            f"{percentile(a, 0.5)}, p99 {percentile(a, 0.99)}; "
+            f"A drain {self.a_drain_ms / 1000:.2f} s (intake done {self.intake_spare_s:.1f} s "
+            f"before the instant, duplicates {self.duplicates})"
+        )
+
+
+def run_once(bootstrap: str, args: argparse.Namespace, fair: bool) -> TenantFigures:
+    """One run in a fresh namespace, weighted draining on or off."""
+    with fresh_namespace(bootstrap, "tenants", args.partitions) as settings:
+        log_dir = settings.state_dir
+        timer_env = {"KAFKRON_TIMER_FAIR_TENANTS": "true" if fair else "false"}
+        timer = TimerProcess(settings, "tenants-timer-0", log_dir, **timer_env)
+        executors = [
+            ExecutorChild(settings, f"tenants-executor-{i}", log_dir, **EXECUTOR_ENV)
+            for i in range(args.executors)
+        ]
+        results = None
+        try:
+            timer.start()
+            for executor in executors:
+                executor.start()
+            results = ResultLog(settings, PREFIX)
+            wait_until_serving(settings, results)
+            return _fire(settings, args, fair, results)
+        finally:
+            if results is not None:
+                results.close()
+            for process in [*executors, timer]:
+                process.stop(timeout_s=60)
+
+
+def _fire(
+    settings: KafkaSettings, args: argparse.Namespace, fair: bool, results: ResultLog
+) -> TenantFigures:
+    jobs = args.a_jobs + args.b_jobs
+    lead_s = args.lead_s if args.lead_s is not None else 10 + jobs / 20_000
+    base = jobs_end_offsets(settings)
+    created = now_ms()
+    instant_ms = created + int(lead_s * 1000)
+    for tenant, count in (("a", args.a_jobs), ("b", args.b_jobs)):  # A's creates first
+        produce_jobs(
+            settings,
+            (
+                job_record(
+                    f"{PREFIX}{tenant}-{i:07d}",
+                    created,
+                    run_at_ms=instant_ms,
+                    tenant=tenant,
+                    handler=HANDLER,
+                )
+                for i in range(count)
+            ),
+        )
+    applied_ms = wait_for_intake(settings, Intake(base, jobs_end_offsets(settings)), instant_ms)
+    results.wait_all_succeeded(jobs, max(180.0, jobs / 2000))
+    results.poll(1.0)  # late duplicates, if any
+    late: dict[str, list[int]] = {"a": [], "b": []}
+    succeeded: Counter[str] = Counter()
+    a_last_start_ms = 0
+    for value in results.values:
+        result: dict[str, Any] = CODEC.decode(RecordKind.EXECUTION_RESULT, value)
+        if result["status"] != "SUCCEEDED":
+            continue
+        succeeded[result["execution_id"]] += 1
+        tenant = result["job_id"][len(PREFIX)]
+        started_ms = result["started_at_ms"]
+        late[tenant].append(started_ms - result["scheduled_for_ms"])
+        if tenant == "a":
+            a_last_start_ms = max(a_last_start_ms, started_ms)
+    if len(succeeded) != jobs:
+        raise RuntimeError(f"{len(succeeded):,} of {jobs:,} executions SUCCEEDED")
+    return TenantFigures(
+        fair=fair,
+        b_late_ms=sorted(late["b"]),
+        a_late_ms=sorted(late["a"]),
+        a_drain_ms=a_last_start_ms - instant_ms,
+        duplicates=sum(n - 1 for n in succeeded.values() if n > 1),
+        intake_spare_s=(instant_ms - applied_ms) / 1000,
+    )
+
+
+def ratios(runs: list[TenantFigures]) -> str:
+    """B's p50/p99 and A's drain time, weighted draining on / off (medians over the runs)."""
+
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        return ordered[len(ordered) // 2]
+
+    def figure(fair: bool, pick: Any) -> float:
+        return median([float(pick(r)) for r in runs if r.fair == fair])
+
+    picks = {
+        "B p50 start lateness": lambda r: percentile(r.b_late_ms, 0.5),
+        "B p99 start lateness": lambda r: percentile(r.b_late_ms, 0.99),
+        "A p99 start lateness": lambda r: percentile(r.a_late_ms, 0.99),
+        "A drain time": lambda r: r.a_drain_ms,
+    }
+    lines = []
+    for name, pick in picks.items():
+        on, off = figure(True, pick), figure(False, pick)
+        lines.append(
+            f"  {name}: on {on:.0f} ms, off {off:.0f} ms, ratio on/off {on / max(off, 1):.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a-jobs", type=int, default=1_000_000)
+    parser.add_argument("--b-jobs", type=int, default=10_000)
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--executors", type=int, default=1)
+    parser.add_argument("--lead-s", type=float, default=None)
+    parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (on, off)")
+    args = parser.parse_args()
+    print(
+        f"A {args.a_jobs:,} and B {args.b_jobs:,} one-offs at one instant, {args.partitions} "
+        f"partitions, {args.executors} executor(s), load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    runs: list[TenantFigures] = []
+    for pair in range(args.repeat):
+        # Alternate which side goes first, so drifting load hits both alike.
+        for fair in (True, False) if pair % 2 == 0 else (False, True):
+            started = time.monotonic()
+            figures = run_once(args.bootstrap, args, fair)
+            runs.append(figures)
+            print(
+                f"run {len(runs)} ({time.monotonic() - started:.0f} s): {figures.line()}",
+                flush=True,
+            )
+    print("on / off in this session:")
+    print(ratios(runs), flush=True)
+
+
+if __name__ == "__main__":
+    main()
