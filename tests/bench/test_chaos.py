@@ -135,19 +135,20 @@ def test_the_checks_find_lost_doubled_unexpected_and_doubled_effects() -> None:
     assert ChaosFigures(plan, workload, [], _ledger(clean), runs).defects() == []
 
 
-def test_recovery_is_the_last_partition_back_after_the_fault() -> None:
-    plan = ChaosPlan(duration_s=6.0, partitions=2, cron_per_partition=1, herd=0)
+def test_recovery_is_the_longest_wait_of_the_fires_after_the_fault() -> None:
+    plan = ChaosPlan(duration_s=8.0, partitions=2, cron_per_partition=1, herd=0)
     first = 1_000_000_000_000
     workload = build_workload(plan, first)
     finals: dict[str, list[int]] = {}
     for execution, (job, tick) in workload.expected.items():
-        stalled = partition_for_key(job.encode(), 2) == 1 and tick >= first + 2_000
-        finals[execution] = [max(first + 5_200, tick + 50) if stalled else tick + 50]
+        stalled = partition_for_key(job.encode(), 2) == 1 and first + 2_000 <= tick < first + 5_000
+        finals[execution] = [first + 5_200 if stalled else tick + 50, first + 9_000]
     ledger = _ledger(finals)
-    # A fault at +1.5 s: partition 0's next fire (+2 s) ends at +2.05 s, partition 1's at +5.2 s.
-    assert recovery_ms(ledger, workload, 2, first + 1_500) == 3_700
-    assert recovery_ms(ledger, workload, 2, first + 5_000) == 200
-    assert recovery_ms(ledger, workload, 2, first + 10_000) is None  # no fire after it
+    # A fault at +1.5 s: partition 1's fires of +2, +3 and +4 s end together at +5.2 s.
+    assert recovery_ms(ledger, workload, first + 1_500, first + 6_000) == 3_200
+    assert recovery_ms(ledger, workload, first + 1_500, first + 2_500) == 3_200
+    assert recovery_ms(ledger, workload, first + 5_000, first + 8_000) == 50  # nothing stalls
+    assert recovery_ms(ledger, workload, first + 8_000, first + 9_000) is None  # no fire then
 
 
 def test_dedup_handler_makes_its_effect_once_per_execution(
