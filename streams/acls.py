@@ -7,7 +7,8 @@ service's group id and transactional id prefix, passed in by ``kafkron acls``):
 - a group consumer: Read on its group, Read on the topics it consumes; the processors and the
   executor set their group's session timeout at start (IncrementalAlterConfigs, then
   DescribeConfigs on the group) and restore stores with a consumer of group ``<group>.restore``
-  that only looks up its coordinator (Describe);
+  that never joins it (Describe, for a coordinator lookup: the status view's consumer of the
+  same kind does one; the restore consumer ran without it in a test, too);
 - a transactional producer: Write on its transactional id (``<group>.<instance>``: a PREFIXED
   rule), Write on every topic it produces to; its offsets commit in the transaction (Read
   on the group, above). Write implies Describe, Read implies Describe (Kafka's rules);
@@ -17,8 +18,8 @@ service's group id and transactional id prefix, passed in by ``kafkron acls``):
 - the executor checks that its dedup retention outlives the due topics (DescribeConfigs);
 - the API's idempotent producer needs no cluster IdempotentWrite (Kafka 3.0+: Write on a
   topic suffices); its status view reads with a consumer of group
-  ``kafkron-ingest-view-<random>`` (PREFIXED) and its dashboard describes the services'
-  groups and the end offsets of their topics.
+  ``kafkron-ingest-view-<random>`` (PREFIXED, Describe: its coordinator lookup) and its
+  dashboard describes the services' groups and the end offsets of their topics.
 
 kafkron's own topics (``kafkron topics create``, ``kafkron up``) are created by an admin
 principal, as are ``kafkron migrate``'s and the dead-letter commands' reads and writes: those
@@ -200,8 +201,9 @@ def api_rules(names: TopicNames, service_groups: Iterable[str]) -> list[AclRule]
         *_topics([names.job_results, names.dlq], [Operation.READ], "its status view"),
         *_topics([n for n in described if n not in read], [Operation.DESCRIBE],
                  "the dashboard's end offsets"),
-        AclRule(Resource.GROUP, VIEW_GROUP_PREFIX, Pattern.PREFIXED, (Operation.READ,),
-                "the status view's consumer (assigned partitions, never joins)"),
+        AclRule(Resource.GROUP, VIEW_GROUP_PREFIX, Pattern.PREFIXED, (Operation.DESCRIBE,),
+                "the status view's consumer: assigned partitions, never joins, but it looks "
+                "up its coordinator (without: an ERROR line)"),
         *(AclRule(Resource.GROUP, g, Pattern.LITERAL, (Operation.DESCRIBE,),
                   "the dashboard: members and committed offsets")
           for g in service_groups),

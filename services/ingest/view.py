@@ -40,6 +40,7 @@ from services.ingest.view_store import JobRow, ViewStore
 from streams import clock
 from streams.codec import Codec
 from streams.exceptions import DecodeError, TopicLayoutError
+from streams.kafka.errors import denied_message
 from streams.kafka.leaders import leader_moved, refresh_leaders
 from streams.topics import TopicNames
 
@@ -370,7 +371,22 @@ class StatusView:
             if first is None:
                 continue
             messages = [first, *consumer.consume(num_messages=_BATCH_MAX - 1, timeout=0)]
-            self._apply_durably(messages)
+            messages = [m for m in messages if not self._consumer_failed(m)]
+            if messages:
+                self._apply_durably(messages)
+
+    def _consumer_failed(self, message: Message) -> bool:
+        """An error of the consumer itself, of no partition (its group refused by an ACL, a
+        failed login): the view's error for ``/healthz`` and the log, nothing to apply.
+        librdkafka keeps trying, so the view catches up once the operator fixes it."""
+        error = message.error()
+        if error is None or message.topic() is not None:
+            return False
+        text = denied_message("the status view's consumer", error) or f"consumer error: {error}"
+        if text != self.last_error:
+            log.error("status view: %s", text)
+        self.last_error = text
+        return True
 
     def _apply_durably(self, messages: list[Message]) -> None:
         """Apply a batch in one WriteBatch; retry the write until it succeeds or we stop."""

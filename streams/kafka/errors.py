@@ -32,7 +32,8 @@ DENIED_ACTIONS: dict[int, str] = {
     "prefix when it creates its changelogs, DescribeConfigs on the due topics for an executor)",
     KafkaError.GROUP_AUTHORIZATION_FAILED: "A group ACL is missing: this principal needs Read "
     "on its consumer group (and AlterConfigs and DescribeConfigs to set the group's session, "
-    "Describe on <group>.restore)",
+    "Describe on <group>.restore; the API: Describe on the PREFIXED group "
+    "'kafkron-ingest-view-')",
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "A transactional-id ACL is missing: this "
     "principal needs Write and Describe on the PREFIXED transactional id '<group>.'",
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: "A cluster ACL is missing for this request",
@@ -134,6 +135,20 @@ class KafkaOperationError(KafkaDeliveryError):
     def access_error(self) -> KafkaAccessError:
         """The refusal as the error that stops a service (only when :attr:`denied`)."""
         return KafkaAccessError(str(self))
+
+
+def stuck_error(action: str, waited_s: float) -> KafkaOperationError:
+    """A call the client has not returned from ``waited_s`` after it was made, past its own
+    timeout (:mod:`streams.kafka.calls`): fatal to that client, which must be replaced."""
+    return KafkaOperationError(
+        action,
+        KafkaError(
+            KafkaError._TIMED_OUT,
+            f"no return within {waited_s:.1f} s, past the call's own timeout: the client is "
+            "stuck in it (librdkafka #5456)",
+            fatal=True,
+        ),
+    )
 
 
 def operation_error(action: str, exc: KafkaException) -> KafkaOperationError:

@@ -111,7 +111,7 @@ def test_the_api_writes_jobs_only_and_describes_the_groups(kafka: KafkaSettings)
     assert not grants(rules, Resource.TOPIC, names.job_results, Operation.WRITE)
     assert grants(rules, Resource.TOPIC, names.job_results, Operation.READ)
     assert grants(rules, Resource.TOPIC, names.due(Priority.LOW), Operation.DESCRIBE)
-    assert grants(rules, Resource.GROUP, "kafkron-ingest-view-1a2b3c4d", Operation.READ)
+    assert grants(rules, Resource.GROUP, "kafkron-ingest-view-1a2b3c4d", Operation.DESCRIBE)
     for group in ("team-a.timer", "team-a.executor", "team-a.dag"):
         assert grants(rules, Resource.GROUP, group, Operation.DESCRIBE)
         assert not grants(rules, Resource.GROUP, group, Operation.READ)
