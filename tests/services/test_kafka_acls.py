@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
@@ -38,6 +39,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from infra.broker import LocalBroker, free_port
 from infra.sasl import sasl_acl_properties, sasl_client_config
 from infra.settings import BrokerSettings
+from services.cli import root as kafkron_cli
 from services.ingest.client import KafkronClient
 from services.ingest.settings import IngestSettings
 from services.operator_cli.acls_command import service_rules
@@ -242,7 +244,17 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
     for user in (*rules, "bare-timer", "no-txn-dag"):
         add_user(admin, user)
     for service, service_acls in rules.items():
-        create_acls(admin, service_acls, f"User:{service}")
+        if service != "api":
+            create_acls(admin, service_acls, f"User:{service}")
+    # The API's through the command, as an operator would (the admin's login from the env).
+    applied = CliRunner().invoke(
+        kafkron_cli,
+        ["acls", "--service", "api", "--principal", "User:api", "--apply",
+         "--bootstrap", secured_broker.sasl, "--namespace", namespace],
+        env={"KAFKRON_LIBRDKAFKA": json.dumps(admin_kafka.librdkafka)},
+    )  # fmt: skip
+    assert applied.exit_code == 0, applied.output
+    assert f"added {sum(len(r.operations) for r in rules['api'])} ACL bindings" in applied.output
     api = as_user(secured_broker, "api", namespace, tmp_path / "api")
     outcomes = Outcomes(admin_kafka)
     services = Services(secured_broker, namespace, tmp_path)
