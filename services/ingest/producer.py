@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from services.ingest.async_delivery import AsyncReports, DeliveryGroup
 from streams.exceptions import KafkaDeliveryError
+from streams.kafka.errors import denied_message
 from streams.settings import KafkaSettings
 
 # Operators may override these through KafkaSettings.librdkafka.
@@ -309,6 +310,9 @@ class CommandProducer:
     def _delivery_error(self, error: KafkaError) -> KafkaDeliveryError:
         if error.fatal():
             self._fatal = error
+        denied = denied_message("writing a command", error)
+        if denied is not None:  # a missing ACL (Write on jobs): say which, do not retry
+            return KafkaDeliveryError(denied, retryable=False)
         return KafkaDeliveryError(
             f"a command was not written: {error.str()} ({error.name()}); "
             + ("retry it" if error.retriable() else "check the broker and topic settings"),

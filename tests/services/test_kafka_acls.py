@@ -47,6 +47,7 @@ from streams import clock
 from streams.acls import Operation, without
 from streams.admin import ensure_topics
 from streams.codec import Codec, RecordKind
+from streams.exceptions import KafkaDeliveryError
 from streams.identity import execution_id
 from streams.kafka.acl_admin import create_acls, delete_acls
 from streams.settings import KafkaSettings
@@ -282,6 +283,10 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
             logs = "".join(services.log(s)[-2000:] for s in every)
             assert outcomes.wait_for(execution, 45) == "SUCCEEDED", (execution, logs)
         fired_s = time.monotonic() - started
+        # A client whose user may not write jobs is told which ACL, not to retry.
+        stranger = as_user(secured_broker, "executor", namespace, tmp_path / "stranger")
+        with pytest.raises(KafkaDeliveryError, match="Write on each topic it produces to"):
+            submit_one_off(stranger, tmp_path / "stranger-view", "not-allowed", 1_000)
         status, body = http(services, "GET", "/api/dashboard/partitions")
         assert status == 200 and len(body["groups"]) == 3, (status, body)
         assert all(g.get("error") is None and g["members"] for g in body["groups"]), body
