@@ -137,6 +137,20 @@ class KafkaOperationError(KafkaDeliveryError):
         return KafkaAccessError(str(self))
 
 
+def stuck_error(action: str, waited_s: float) -> KafkaOperationError:
+    """A call the client has not returned from ``waited_s`` after it was made, past its own
+    timeout (:mod:`streams.kafka.calls`): fatal to that client, which must be replaced."""
+    return KafkaOperationError(
+        action,
+        KafkaError(
+            KafkaError._TIMED_OUT,
+            f"no return within {waited_s:.1f} s, past the call's own timeout: the client is "
+            "stuck in it (librdkafka #5456)",
+            fatal=True,
+        ),
+    )
+
+
 def operation_error(action: str, exc: KafkaException) -> KafkaOperationError:
     """Wrap the KafkaError a KafkaException carries, naming the step that failed."""
     error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None

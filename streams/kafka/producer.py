@@ -7,6 +7,13 @@ transaction is aborted instead of committing with a lost record (a committed tra
 proves every record in it was delivered). Changelog records get a delivery callback, which
 keeps their offsets and latches the first error (through ``produce_changelog`` only the last
 record of each partition does); other records get none (it costs CPU).
+
+The transactional API calls run on the client's own thread (:mod:`streams.kafka.calls`),
+waited for at most their timeout plus ``stuck_after_s``: librdkafka's
+``send_offsets_to_transaction`` can block forever after the broker was out of reach, and the
+caller (an executor's event loop) would never run again. A client stuck in a call, fenced or
+failed, or unable to abort, is replaced by a new one of the same transactional.id, whose
+``init_transactions`` aborts the open transaction at the broker.
 """
 
 from __future__ import annotations
@@ -14,22 +21,29 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams.exceptions import KafkronError
+from streams.kafka.calls import CallStuckError, ClientCalls
 from streams.kafka.errors import (
     ErrorKind,
     KafkaOperationError,
     denied_error,
     operation_error,
+    stuck_error,
 )
 from streams.settings import KafkaSettings
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
+DEFAULT_STUCK_AFTER_S = 5.0  # past a call's own timeout, the client is taken as stuck in it
+_MIN_CALL_TIMEOUT_S = 1.0  # the least a retried call gets, even past the deadline
+_CLOSE_WAIT_S = 10.0
+_PRODUCER_DEFAULTS = {"metadata.recovery.strategy": "none"}
 _MAX_RESETS_PER_MINUTE = 3
 # Codes a produce() of a fenced or fatally failed client raises (without the fatal flag).
 _CLIENT_FAILED = frozenset({KafkaError._FATAL, KafkaError._FENCED})
@@ -55,8 +69,14 @@ def producer_config(
 
     ``defaults`` (a service's tuning, e.g. compression) apply first, then the operator's
     extras, then the settings exactly-once needs.
+
+    No re-bootstrap (``metadata.recovery.strategy``, the operator may set it back): after
+    every connection dropped for a while, librdkafka's re-bootstrap decommissions the brokers
+    it knew, and its group coordinator requests keep waiting for a decommissioned one
+    (librdkafka #5511), so each ``send_offsets_to_transaction`` after a 15 s network cut got
+    stuck. This producer bootstraps afresh by being replaced when it cannot reach the broker.
     """
-    base = {**(defaults or {}), **settings.client_config()}
+    base = {**_PRODUCER_DEFAULTS, **(defaults or {}), **settings.client_config()}
     base.update(
         {
             "transactional.id": transactional_id,
@@ -78,6 +98,8 @@ class TransactionalProducer:
     ``tracked_topics`` are the changelog topics whose delivered offsets are kept per partition
     for the current transaction (read them with :meth:`delivered_offset` after commit).
     ``config_defaults`` are librdkafka settings the operator's extras may override.
+    ``timeout_s`` bounds each step with its retries; a call that has not returned
+    ``stuck_after_s`` past its own timeout leaves the client stuck, and it is replaced.
     """
 
     def __init__(
@@ -89,17 +111,21 @@ class TransactionalProducer:
         tracked_topics: Collection[str] = (),
         timeout_s: float = 30.0,
         config_defaults: Mapping[str, Any] | None = None,
+        stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
     ) -> None:
         self._config = producer_config(
             settings, transactional_id, transaction_timeout_ms, config_defaults
         )
         self._tracked = frozenset(tracked_topics)
         self._timeout_s = timeout_s
-        self._producer = Producer(self._config)
+        self._transaction_timeout_s = transaction_timeout_ms / 1000
+        self._stuck_after_s = stuck_after_s
         self._in_transaction = False
         self._error: KafkaOperationError | None = None
         self._delivered: dict[tuple[str, int], int] = {}
         self._resets: list[float] = []
+        self._began_s = 0.0  # monotonic time the current transaction began
+        self._open_client()
 
     @property
     def in_transaction(self) -> bool:
@@ -108,7 +134,8 @@ class TransactionalProducer:
 
     def init(self) -> None:
         """Register the transactional.id; aborts a previous incarnation's open transaction."""
-        self._call("init_transactions", lambda: self._producer.init_transactions(self._timeout_s))
+        self._call("init_transactions", self._producer.init_transactions)
+        self._registered = True
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
@@ -232,13 +259,19 @@ class TransactionalProducer:
         )
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object) -> None:
-        """Add consumer positions (next offsets to read) to the current transaction."""
+        """Add consumer positions (next offsets to read) to the current transaction.
+
+        librdkafka caps this call at what is left of the transaction timeout, and so does
+        the wait for it; retries stop once the transaction is older than that (the broker
+        aborts it then).
+        """
         self._begin()
+        send = self._producer.send_offsets_to_transaction
         self._call(
             "send_offsets_to_transaction",
-            lambda: self._producer.send_offsets_to_transaction(
-                offsets, group_metadata, self._timeout_s
-            ),
+            lambda timeout_s: send(offsets, group_metadata, timeout_s),
+            cap_s=self._transaction_timeout_s,
+            retry_until_s=self._began_s + self._transaction_timeout_s,
         )
 
     def commit(self) -> None:
@@ -256,34 +289,62 @@ class TransactionalProducer:
                     txn_requires_abort=True,
                 ),
             )
-        self._call("commit_transaction", lambda: self._producer.commit_transaction(self._timeout_s))
+        self._call("commit_transaction", self._producer.commit_transaction)
         self._in_transaction = False
 
     def abort(self) -> None:
-        """Abort the open transaction; a producer in a fatal state is replaced instead."""
+        """Abort the open transaction, or replace the client when it cannot.
+
+        A client fenced, failed or stuck in a call, or whose abort failed (the broker out
+        of reach until the deadline), is replaced: the new client's ``init_transactions``
+        aborts the open transaction at the broker. When the broker cannot be reached for
+        that either, the next transaction registers first. Raises a refusal of access, and
+        replacements that repeat (see :meth:`reset`).
+        """
         try:
-            if self._error is not None and self._error.fatal:
-                self.reset()
+            if self._broken:
+                self._replace()
             elif self._in_transaction:
-                self._call(
-                    "abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s)
-                )
-        except KafkaOperationError as exc:
-            if not exc.fatal:
-                raise
-            self.reset()
+                try:
+                    self._call("abort_transaction", self._producer.abort_transaction)
+                except KafkaOperationError as exc:
+                    if exc.denied:
+                        raise
+                    log.warning("%s; replacing the producer instead", exc)
+                    self._replace()
         finally:
             self._in_transaction = False
             self._error = None
             self._delivered.clear()
 
     def reset(self) -> None:
-        """Replace a fenced or fatally failed producer with a new one of the same id.
+        """Replace a fenced, failed or stuck producer with a new one of the same id.
 
         Typical cause: the process stalled past ``transaction.timeout.ms`` and the broker
         aborted its transaction. Resets that repeat within a minute mean another live
         process uses the same transactional.id; that is raised instead of fencing it back.
         """
+        self._new_client()
+        self.init()
+
+    @property
+    def _broken(self) -> bool:
+        """The client can make no transactional call again: fenced, failed or stuck."""
+        return self._calls.stuck or (self._error is not None and self._error.fatal)
+
+    def _replace(self) -> None:
+        """:meth:`reset`, leaving a registration the broker does not answer to the next
+        transaction (a new client that cannot reach it is no worse than the old one)."""
+        self._new_client()
+        try:
+            self.init()
+        except KafkaOperationError as exc:
+            if exc.denied:
+                raise
+            log.warning("the new producer is not registered yet (%s); the next transaction "
+                        "registers it first", exc)  # fmt: skip
+
+    def _new_client(self) -> None:
         now = time.monotonic()
         self._resets = [t for t in self._resets if now - t < 60.0] + [now]
         if len(self._resets) > _MAX_RESETS_PER_MINUTE:
@@ -297,11 +358,7 @@ class TransactionalProducer:
                 ),
             )
         self._discard_client()
-        self._producer = Producer(self._config)
-        self._in_transaction = False
-        self._error = None
-        self._delivered.clear()
-        self.init()
+        self._open_client()
 
     def delivered_offset(self, topic: str, partition: int) -> int | None:
         """Highest delivered offset of a tracked topic partition in the current transaction."""
@@ -323,10 +380,8 @@ class TransactionalProducer:
     def close(self) -> None:
         """Abort an open transaction (best effort) and release the client; never resets it."""
         try:
-            if self._in_transaction and not (self._error is not None and self._error.fatal):
-                self._call(
-                    "abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s)
-                )
+            if self._in_transaction and not self._broken:
+                self._call("abort_transaction", self._producer.abort_transaction)
         except KafkaOperationError as exc:
             # Closing anyway: the broker aborts the transaction at its timeout.
             log.warning("closing without a clean abort: %s", exc)
@@ -334,13 +389,38 @@ class TransactionalProducer:
             self._in_transaction = False
             self._discard_client()
 
+    def _open_client(self) -> None:
+        """A new client (not registered yet) with its call thread and delivery callback."""
+        client = self._producer = Producer(self._config)
+        self._calls = ClientCalls("kafkron-producer-calls")
+        self._registered = False
+        self._in_transaction = False
+        self._error = None
+        self._delivered.clear()
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            if self._producer is client:  # a replaced client's reports change nothing
+                self._delivery(error, message)
+
+        self._on_delivery = on_delivery
+
     def _discard_client(self) -> None:
-        # A fenced client cannot abort or flush; drop what it still holds, then close it.
-        fatal = self._error is not None and self._error.fatal
-        try:
+        """Close the client: one stuck in a call is closed after it returns, if ever (never
+        while it runs), and a close that takes longer than a few seconds is left running."""
+        client, fatal = self._producer, self._broken
+        if self._calls.stuck:
+            log.warning("the stuck producer is left to close when its call returns")
+            self._calls.abandon(lambda: _close_quietly(client))
+            return
+
+        def close() -> None:
+            # A fenced client cannot abort or flush; drop what it still holds, then close it.
             if fatal:
-                self._producer.purge()
-            self._producer.close()
+                client.purge()
+            client.close()
+
+        try:
+            self._calls.close(close, _CLOSE_WAIT_S)
         except (KafkaException, SystemError) as exc:
             cause = _kafka_exception(exc)
             if not (fatal or (cause is not None and operation_error("close", cause).fatal)):
@@ -349,11 +429,17 @@ class TransactionalProducer:
     def _begin(self) -> None:
         if self._in_transaction:
             return
+        if self._error is not None:
+            raise self._error
+        if not self._registered:  # replaced while the broker was out of reach
+            self.init()
         self._delivered.clear()
-        self._call("begin_transaction", self._producer.begin_transaction)
+        begin = self._producer.begin_transaction
+        self._call("begin_transaction", lambda _timeout_s: begin())
         self._in_transaction = True
+        self._began_s = time.monotonic()
 
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+    def _delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
             if self._error is None:
                 self._error = KafkaOperationError(f"delivery to {message.topic()}", error)
@@ -382,16 +468,47 @@ class TransactionalProducer:
                 self._error = error
             raise error from exc
 
-    def _call(self, action: str, step: Callable[[], _T]) -> _T:
-        """Run one transactional API call, repeating it while librdkafka says it is retriable."""
+    def _call(
+        self,
+        action: str,
+        step: Callable[[float], _T],
+        *,
+        cap_s: float | None = None,
+        retry_until_s: float | None = None,
+    ) -> _T:
+        """Run one transactional API call, ``step(timeout_s)``, repeating it while librdkafka
+        says it is retriable, until ``timeout_s`` passed (or the monotonic ``retry_until_s``).
+
+        Each try gets what is left (at most ``cap_s``) and is waited for that long plus
+        ``stuck_after_s``; one still running then leaves the client stuck, and raises a
+        fatal error: the client must be replaced.
+        """
         deadline = time.monotonic() + self._timeout_s
+        if retry_until_s is not None:
+            deadline = min(deadline, retry_until_s)
         while True:
+            timeout_s = max(deadline - time.monotonic(), _MIN_CALL_TIMEOUT_S)
+            if cap_s is not None:
+                timeout_s = min(timeout_s, cap_s)
             try:
-                return step()
+                return self._calls.run(
+                    action, partial(step, timeout_s), timeout_s + self._stuck_after_s
+                )
+            except CallStuckError as stuck:
+                error = self._error = stuck_error(action, stuck.waited_s)
+                log.error("%s; the producer is replaced", error)
+                raise error from None
             except KafkaException as exc:
                 error = operation_error(action, exc)
-                if error.kind is not ErrorKind.RETRIABLE or time.monotonic() > deadline:
+                if error.kind is not ErrorKind.RETRIABLE or time.monotonic() >= deadline:
                     if error.fatal:
                         self._error = error
                     raise error from exc
                 time.sleep(0.1)
+
+
+def _close_quietly(client: Producer) -> None:
+    """Close an abandoned client: drop what it holds (its transaction is aborted by the new
+    client's registration), then release it."""
+    client.purge()
+    client.close()

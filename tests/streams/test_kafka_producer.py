@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from streams.admin import admin_client
+from streams.kafka import producer as producer_module
 from streams.kafka.consumer import configure_group_session, group_consumer_config
 from streams.kafka.errors import ErrorKind, KafkaOperationError, classify
-from streams.kafka.producer import TransactionalProducer
+from streams.kafka.producer import TransactionalProducer, producer_config
 from streams.settings import KafkaSettings
 from tests.streams.processor_testkit import create_topics, read_committed
 
@@ -181,3 +184,74 @@ def test_produce_on_a_client_fenced_in_the_background_is_a_fatal_operation_error
         first.close()
         second.close()
     assert [r.value for r in read_committed(kafka_settings, topic)] == [b"new"]
+
+
+class _StuckInSendOffsets:
+    """A real client whose send_offsets_to_transaction does not return until released, as
+    librdkafka's did after a network cut (librdkafka #5456, #5511)."""
+
+    def __init__(self, config: dict[str, Any], release: threading.Event) -> None:
+        self._client = Producer(config)
+        self._release = release
+        self.closed = threading.Event()
+
+    def send_offsets_to_transaction(self, *args: object) -> None:
+        self._release.wait()
+        raise RuntimeError("released")
+
+    def close(self) -> bool:
+        self.closed.set()
+        return bool(self._client.close())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_producer_stuck_in_send_offsets_is_replaced_and_its_transaction_aborted(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = kafka_settings.namespace + "out"
+    create_topics(kafka_settings, [topic])
+    release = threading.Event()
+    clients: list[Any] = []
+
+    def client(config: dict[str, Any]) -> Any:
+        made = _StuckInSendOffsets(config, release) if not clients else Producer(config)
+        clients.append(made)
+        return made
+
+    monkeypatch.setattr(producer_module, "Producer", client)
+    producer = TransactionalProducer(
+        kafka_settings, "stuck", transaction_timeout_ms=2_000, stuck_after_s=1.0
+    )
+    producer.init()
+    group = Consumer(group_consumer_config(kafka_settings, kafka_settings.namespace + "g"))
+    try:
+        producer.produce(topic, b"k", b"zombie", 0)
+        began = time.monotonic()
+        with pytest.raises(KafkaOperationError) as raised:
+            producer.send_offsets([TopicPartition(topic, 0, 1)], group.consumer_group_metadata())
+        waited_s = time.monotonic() - began
+        assert raised.value.fatal and "stuck" in str(raised.value)
+        assert 3.0 <= waited_s < 6.0, waited_s  # the 2 s transaction timeout, then 1 s more
+        producer.abort()  # a new client: its registration aborts the stuck one's transaction
+        assert len(clients) == 2 and not clients[0].closed.is_set()
+        producer.produce(topic, b"k", b"new", 0)
+        producer.commit()
+        release.set()  # the stuck call returns at last: only then is the old client closed
+        assert clients[0].closed.wait(15)
+    finally:
+        release.set()
+        producer.close()
+        group.close()
+    assert [r.value for r in read_committed(kafka_settings, topic)] == [b"new"]
+
+
+def test_a_producer_does_not_rebootstrap(kafka_settings: KafkaSettings) -> None:
+    """librdkafka's re-bootstrap after a cut decommissions the coordinator that
+    send_offsets_to_transaction then waits for forever (#5511); the operator may still set it."""
+    assert producer_config(kafka_settings, "t", 1000)["metadata.recovery.strategy"] == "none"
+    extras = kafka_settings.model_copy(
+        update={"librdkafka": {"metadata.recovery.strategy": "rebootstrap"}}
+    )
+    assert producer_config(extras, "t", 1000)["metadata.recovery.strategy"] == "rebootstrap"
