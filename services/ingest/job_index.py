@@ -6,13 +6,15 @@ Each job has one empty index key per *term* it matches: its shown status (see
 contain, and within one term the keys are in job id order, the order of every page.
 
 A page is the ids after a position, in job id order: through the ``jobs`` keys themselves
-without filters, or by a leapfrog join of the filters' terms (each term's keys are seeked
-to the largest candidate so far until all agree), so a rare combination costs seeks, not a
-scan. The cursor is the position where the next page starts (the last id plus ``\\0``),
-so paging is stable under concurrent writes: a job created meanwhile lands before the
-cursor (never seen) or after it (seen once), and no other job moves or repeats. Every page
-is bounded: after ``budget`` seeks and steps it answers what it found with a cursor that
-resumes there (a page may hold fewer than ``limit`` items and still have a next one).
+without filters, or by a leapfrog join of the filters' terms (each term's keys are seeked to
+the largest candidate so far until all agree), so a rare combination costs seeks, not a scan
+(a scan already at the candidate is not seeked again, and after a match the first scan steps
+to its next key). The cursor is the position where the next page starts (the last id plus
+``\\0``, or the next match), so paging is stable under concurrent writes: a job created
+meanwhile lands before the cursor (never seen) or after it (seen once), and no other job
+moves or repeats. Every page is bounded: after ``budget`` seeks and steps it answers what it
+found with a cursor that resumes there (a page may hold fewer than ``limit`` items and still
+have a next one).
 """
 
 from __future__ import annotations
@@ -125,29 +127,46 @@ def page_of_ids(
     range of the order: the scan starts at it and ends where it does.
     """
     scans = [(prefix, iterator_of()) for prefix in prefixes]
+    at: list[bytes | None] = [None] * len(scans)  # where each scan's iterator is
     found: list[str] = []
     candidate = max(start, id_prefix)
     steps = 0
     while steps < budget:
         agreed = 0
-        for prefix, it in scans:
-            steps += 1
-            it.seek(prefix + candidate)
-            if not it.valid():
-                return found, None
-            key = bytes(it.key())
-            if not key.startswith(prefix):
-                return found, None
-            position = key[len(prefix) :]
-            if not position.startswith(id_prefix):
-                return found, None  # past the range: every later id is too
-            if position != candidate:
-                candidate = position
-                break
+        for index, (prefix, it) in enumerate(scans):
+            if at[index] != candidate:  # (a scan already there is not seeked again)
+                steps += 1
+                it.seek(prefix + candidate)
+                position = _position(it, prefix, id_prefix)
+                if position is None:
+                    return found, None
+                at[index] = position
+                if position != candidate:
+                    candidate = position
+                    break
             agreed += 1
         if agreed == len(scans):
             if len(found) == limit:
                 return found, candidate  # one more exists: the next page starts at it
             found.append(candidate.decode())
-            candidate += b"\0"
+            # The first scan's next key is the next candidate (a step, not a seek).
+            prefix, it = scans[0]
+            steps += 1
+            it.next()
+            position = _position(it, prefix, id_prefix)
+            if position is None:
+                return found, None
+            at[0] = candidate = position
     return found, candidate
+
+
+def _position(it: RawIterator, prefix: bytes, id_prefix: bytes) -> bytes | None:
+    """The job id the iterator is at under ``prefix`` and in the ``id_prefix`` range, or
+    None past them (every later id is past them too)."""
+    if not it.valid():
+        return None
+    key = bytes(it.key())
+    if not key.startswith(prefix):
+        return None
+    position = key[len(prefix) :]
+    return position if position.startswith(id_prefix) else None

@@ -5,20 +5,36 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import date
+from functools import lru_cache
 from typing import Any
 
 from services.ingest.commands import first_run_at_ms
 from services.ingest.lifecycle import Lifecycle
 from streams.records import JobStatus
 
+_DAY_MS = 86_400_000
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+
+
+@lru_cache(maxsize=4_096)
+def _iso_day(days: int) -> str:
+    """``2026-07-12T`` of the day ``days`` after 1970-01-01 (a page's times share few days)."""
+    return date.fromordinal(_EPOCH_ORDINAL + days).isoformat() + "T"
+
 
 def iso(ms: int | None) -> str | None:
-    """Epoch ms as ``2026-07-12T02:00:00.000Z``; None stays None."""
+    """Epoch ms as ``2026-07-12T02:00:00.000Z``; None stays None.
+
+    Integer arithmetic, exact for every date (``datetime.fromtimestamp(ms / 1000)`` lost
+    the last ms digit far in the future); ValueError outside years 1-9999."""
     if ms is None:
         return None
-    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
+    days, in_day = divmod(ms, _DAY_MS)
+    seconds, millis = divmod(in_day, 1000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    return f"{_iso_day(days)}{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
 
 
 def schedule_type(job: Mapping[str, Any]) -> str:

@@ -26,6 +26,7 @@ from services.ingest.view_store import (
     DLQ_KEY,
     JOB,
     LIFE,
+    NEWEST,
     RUNNING,
     U64,
     UNDECODABLE,
@@ -33,7 +34,9 @@ from services.ingest.view_store import (
     ViewStore,
     history_key,
     history_prefix,
+    newest_value,
     offset_key,
+    split_newest,
 )
 from streams.codec import RecordKind
 from streams.exceptions import InvalidRecordError
@@ -125,7 +128,7 @@ class ViewBatch:
         job_id = job.decode()
         if stored is not None:
             self._replace_terms(job_id, self._terms_of_stored(job, stored), ())
-        for prefix in (JOB, LIFE, RUNNING, COUNT):
+        for prefix in (JOB, LIFE, RUNNING, COUNT, NEWEST):
             self._pending[prefix + job] = None
         prefix = history_prefix(job_id)
         for key in self._store.keys_from(prefix, prefix):
@@ -160,7 +163,9 @@ class ViewBatch:
         if stored is not None or self._room_for(job_id, key):
             known = None if stored is None else orjson.loads(stored)
             merged = merged_execution(known, result, self._store.attempts_kept)
-            self._pending[key] = orjson.dumps(merged)
+            execution_json = orjson.dumps(merged)
+            self._pending[key] = execution_json
+            self._follow_newest(job_id, key, execution_json)
             self._follow_outcome(job_id, tick, merged["status"])
         self._track_running(job_id.encode(), result)
         self.results.append(result)
@@ -194,6 +199,15 @@ class ViewBatch:
             if key not in self._pending or self._pending[key] is not None:
                 return key
         return None
+
+    def _follow_newest(self, job_id: str, key: bytes, execution_json: bytes) -> None:
+        """Keep ``l\\0<job_id>`` the job's newest kept execution: the one of the largest
+        key (an older tick arriving late, or a repeat of an older one, leaves it)."""
+        newest_key = NEWEST + job_id.encode()
+        position = key[len(history_prefix(job_id)) :]
+        stored = self._get(newest_key)
+        if stored is None or position >= split_newest(stored)[0]:
+            self._pending[newest_key] = newest_value(position, execution_json)
 
     def _follow_outcome(self, job_id: str, tick: int, status: str) -> None:
         """A one-off's own execution decides its shown status (COMPLETED when it ended)."""

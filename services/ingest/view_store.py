@@ -9,6 +9,9 @@ Key layout (one RocksDB, raw bytes; prefixes keep the kinds apart; job ids never
 * ``x\\0<term><job_id>``: empty; the job's index keys (:mod:`services.ingest.job_index`)
 * ``h\\0<job_id>\\0<scheduled_for:8><execution_id>``: JSON of one execution with every
   attempt (:mod:`services.ingest.attempts`); a job's newest are its last keys
+* ``l\\0<job_id>``: the job's newest kept execution (its ``h`` key's last position):
+  2-byte length + ``<scheduled_for:8><execution_id>`` + the same JSON as its ``h`` value,
+  written with it at apply time, so a page of jobs is one multi-get (no seek per job)
 * ``n\\0<job_id>``: 8-byte count of the job's ``h`` keys (at most ``executions_kept``)
 * ``r\\0<job_id>``: JSON object ``{execution_id: attempt}`` of executions STARTED without
   an outcome yet (RUNNING); absent when none
@@ -64,10 +67,11 @@ __all__ = ["InvalidCursorError", "JobRow", "ViewStore"]
 U64 = struct.Struct(">Q")
 DLQ_KEY = struct.Struct(">QIQ")
 JOB, HISTORY, COUNT, LIFE, RUNNING = b"j\0", b"h\0", b"n\0", b"s\0", b"r\0"
+NEWEST = b"l\0"
 DLQ, DEAD_BY_ID, OFFSET, META = b"d\0", b"D\0", b"o\0", b"m\0"
 UPSTREAMS, CHILD = b"u\0", b"c\0"
 UNDECODABLE = META + b"undecodable"
-_FORMAT, _FORMAT_VERSION = META + b"format", b"2"
+_FORMAT, _FORMAT_VERSION = META + b"format", b"3"
 _DLQ_END = DLQ + b"\xff" * DLQ_KEY.size
 _TICK_BIAS = 1 << 63  # ticks as unsigned: negative ones sort before positive ones
 
@@ -81,6 +85,20 @@ def history_key(job_id: str, scheduled_for_ms: int, execution_id: str) -> bytes:
     """The key of one execution: its job's executions sort by (scheduled_for, id)."""
     tick = U64.pack(scheduled_for_ms + _TICK_BIAS)
     return history_prefix(job_id) + tick + execution_id.encode()
+
+
+U16 = struct.Struct(">H")
+
+
+def newest_value(position: bytes, execution_json: bytes) -> bytes:
+    """The ``l`` value of an execution at ``position`` (its ``h`` key after the prefix)."""
+    return U16.pack(len(position)) + position + execution_json
+
+
+def split_newest(value: bytes) -> tuple[bytes, bytes]:
+    """The position and the execution JSON of an ``l`` value."""
+    end = U16.size + U16.unpack_from(value)[0]
+    return value[U16.size : end], value[end:]
 
 
 def offset_key(topic: str, partition: int) -> bytes:
@@ -194,23 +212,20 @@ class ViewStore:
         prefixes = [INDEX + t for t in terms] if terms else [JOB]
         id_prefix = where.id_prefix.encode()
         ids, following = page_of_ids(self._db.iter, prefixes, start, limit, id_prefix=id_prefix)
-        keys: list[Any] = [JOB + i.encode() for i in ids] + [LIFE + i.encode() for i in ids]
+        keys: list[Any] = [p + i.encode() for p in (JOB, LIFE, NEWEST) for i in ids]
         found: list[Any] = (self._db.get(keys) or []) if ids else []  # one multi-get
-        newest = self._db.iter()
+        count = len(ids)
         rows = []
-        for job_id, stored, life in zip(ids, found[: len(ids)], found[len(ids) :], strict=True):
+        for stored, life, newest in zip(
+            found[:count], found[count : 2 * count], found[2 * count :], strict=True
+        ):
             if stored is None:
                 continue  # deleted since the index was read
-            prefix = history_prefix(job_id)
-            newest.seek_for_prev(prefix + b"\xff")
-            last = None
-            if newest.valid() and bytes(newest.key()).startswith(prefix):
-                last = orjson.loads(bytes(newest.value()))
             rows.append(
                 JobRow(
                     self.job_reader.decode(bytes(stored)[8:]),
                     None if life is None else Lifecycle.from_json(orjson.loads(life)),
-                    last,
+                    None if newest is None else orjson.loads(split_newest(bytes(newest))[1]),
                 )
             )
         return rows, None if following is None else encode_cursor(following)
