@@ -509,6 +509,9 @@ class TransactionalProducer:
 
 def _close_quietly(client: Producer) -> None:
     """Close an abandoned client: drop what it holds (its transaction is aborted by the new
-    client's registration), then release it."""
-    client.purge()
-    client.close()
+    client's registration), then release it. Being fenced by then, it reports so on close."""
+    try:
+        client.purge()
+        client.close()
+    except (KafkaException, SystemError) as exc:
+        log.info("closed the replaced producer, which reported: %s", _kafka_exception(exc) or exc)
