@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 _BATCH_MAX = 2_000
+# Applied (and written) in slices of this many records: RocksDB's write of a WriteBatch
+# holds the GIL (about 4 us a key), and a request waits for it; a slice of 100 results
+# is ~500 keys, so a read waits ~2 ms at most instead of ~40 ms behind 2,000.
+_APPLY_SLICE = 100
 _POLL_S = 0.05
 _ADMIN_TIMEOUT_S = 10.0
 # Leadership moves (a topic just created, a broker restarting); librdkafka does not flag
@@ -372,8 +376,8 @@ class StatusView:
                 continue
             messages = [first, *consumer.consume(num_messages=_BATCH_MAX - 1, timeout=0)]
             messages = [m for m in messages if not self._consumer_failed(m)]
-            if messages:
-                self._apply_durably(messages)
+            for start in range(0, len(messages), _APPLY_SLICE):
+                self._apply_durably(messages[start : start + _APPLY_SLICE])
 
     def _consumer_failed(self, message: Message) -> bool:
         """An error of the consumer itself, of no partition (its group refused by an ACL, a
