@@ -137,6 +137,21 @@ class KafkaOperationError(KafkaDeliveryError):
         return KafkaAccessError(str(self))
 
 
+class CommitOutcomeUnknownError(KafkronError):
+    """A ``commit_transaction`` that neither finished nor failed before its deadline: the
+    broker may have the commit, so the work must not be redone here. The service stops and
+    the partitions' next owner resumes from what the broker committed."""
+
+    retryable = False
+
+    def __init__(self, cause: KafkaOperationError) -> None:
+        super().__init__(
+            f"the transaction's commit did not finish ({cause}): the broker may have committed "
+            "it, so this process stops instead of running its work again; restart it (its "
+            "partitions' next owner resumes from what the broker committed)"
+        )
+
+
 def stuck_error(action: str, waited_s: float) -> KafkaOperationError:
     """A call the client has not returned from ``waited_s`` after it was made, past its own
     timeout (:mod:`streams.kafka.calls`): fatal to that client, which must be replaced."""

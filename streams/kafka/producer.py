@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 from streams.exceptions import KafkronError
 from streams.kafka.calls import CallStuckError, ClientCalls
 from streams.kafka.errors import (
+    CommitOutcomeUnknownError,
     ErrorKind,
     KafkaOperationError,
     denied_error,
@@ -275,7 +276,11 @@ class TransactionalProducer:
         )
 
     def commit(self) -> None:
-        """Flush, raise a latched delivery error, then commit the transaction."""
+        """Flush, raise a latched delivery error, then commit the transaction.
+
+        A commit that neither finishes nor fails by its deadline raises
+        :class:`CommitOutcomeUnknownError`: the caller must not redo the transaction's work.
+        """
         if not self._in_transaction:
             return
         remaining = self._serve("flush", lambda: self._producer.flush(self._timeout_s))
@@ -289,7 +294,16 @@ class TransactionalProducer:
                     txn_requires_abort=True,
                 ),
             )
-        self._call("commit_transaction", self._producer.commit_transaction)
+        try:
+            self._call("commit_transaction", self._producer.commit_transaction)
+        except KafkaOperationError as exc:
+            if exc.kind is ErrorKind.RETRIABLE or self._calls.stuck:
+                # Timed out or stuck: the commit may have reached the broker, so nothing may
+                # be redone. The abort replaces the client (abort_transaction would conflict
+                # with the commit librdkafka still has in progress).
+                self._commit_unknown = True
+                raise CommitOutcomeUnknownError(exc) from exc
+            raise
         self._in_transaction = False
 
     def abort(self) -> None:
@@ -330,7 +344,11 @@ class TransactionalProducer:
     @property
     def _broken(self) -> bool:
         """The client can make no transactional call again: fenced, failed or stuck."""
-        return self._calls.stuck or (self._error is not None and self._error.fatal)
+        return (
+            self._calls.stuck
+            or self._commit_unknown
+            or (self._error is not None and self._error.fatal)
+        )
 
     def _replace(self) -> None:
         """:meth:`reset`, leaving a registration the broker does not answer to the next
@@ -394,6 +412,7 @@ class TransactionalProducer:
         client = self._producer = Producer(self._config)
         self._calls = ClientCalls("kafkron-producer-calls")
         self._registered = False
+        self._commit_unknown = False
         self._in_transaction = False
         self._error = None
         self._delivered.clear()

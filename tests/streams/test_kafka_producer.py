@@ -13,7 +13,12 @@ from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[a
 from streams.admin import admin_client
 from streams.kafka import producer as producer_module
 from streams.kafka.consumer import configure_group_session, group_consumer_config
-from streams.kafka.errors import ErrorKind, KafkaOperationError, classify
+from streams.kafka.errors import (
+    CommitOutcomeUnknownError,
+    ErrorKind,
+    KafkaOperationError,
+    classify,
+)
 from streams.kafka.producer import TransactionalProducer, producer_config
 from streams.settings import KafkaSettings
 from tests.streams.processor_testkit import create_topics, read_committed
@@ -194,10 +199,15 @@ class _StuckInSendOffsets:
         self._client = Producer(config)
         self._release = release
         self.closed = threading.Event()
+        self.aborts = 0
 
     def send_offsets_to_transaction(self, *args: object) -> None:
         self._release.wait()
         raise RuntimeError("released")
+
+    def abort_transaction(self, timeout_s: float = -1) -> None:
+        self.aborts += 1
+        self._client.abort_transaction(timeout_s)
 
     def close(self) -> bool:
         self.closed.set()
@@ -244,6 +254,51 @@ def test_a_producer_stuck_in_send_offsets_is_replaced_and_its_transaction_aborte
         release.set()
         producer.close()
         group.close()
+    assert [r.value for r in read_committed(kafka_settings, topic)] == [b"new"]
+
+
+class _StuckInCommit(_StuckInSendOffsets):
+    """A real client whose commit_transaction does not return until released."""
+
+    def commit_transaction(self, *args: object) -> None:
+        self._release.wait()
+        raise RuntimeError("released")
+
+
+def test_a_commit_stuck_past_its_deadline_is_no_abort_and_the_client_is_replaced(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker may have a commit that did not return: redoing its work could double it,
+    so it raises CommitOutcomeUnknownError (the service stops), and the abort that follows
+    replaces the client without an abort_transaction (it would conflict with the commit)."""
+    topic = kafka_settings.namespace + "out"
+    create_topics(kafka_settings, [topic])
+    release = threading.Event()
+    clients: list[Any] = []
+
+    def client(config: dict[str, Any]) -> Any:
+        made = _StuckInCommit(config, release) if not clients else Producer(config)
+        clients.append(made)
+        return made
+
+    monkeypatch.setattr(producer_module, "Producer", client)
+    producer = TransactionalProducer(
+        kafka_settings, "stuck-commit", timeout_s=2.0, stuck_after_s=1.0
+    )
+    producer.init()
+    try:
+        producer.produce(topic, b"k", b"unknown", 0)
+        began = time.monotonic()
+        with pytest.raises(CommitOutcomeUnknownError, match="may have committed"):
+            producer.commit()
+        assert 3.0 <= time.monotonic() - began < 6.0
+        producer.abort()
+        assert len(clients) == 2 and clients[0].aborts == 0
+        producer.produce(topic, b"k", b"new", 0)
+        producer.commit()
+    finally:
+        release.set()
+        producer.close()
     assert [r.value for r in read_committed(kafka_settings, topic)] == [b"new"]
 
 
