@@ -38,7 +38,9 @@ doubled fire (or doubled effect, or outcome other than SUCCEEDED).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -63,7 +65,9 @@ from infra.settings import BrokerSettings
 from services.ingest.client import KafkronClient
 from services.ingest.producer import partition_for_key
 from services.ingest.settings import IngestSettings
+from services.readiness import group_probe, wait_until_ready
 from streams.admin import ensure_topics
+from streams.exceptions import KafkronError
 from streams.identity import execution_id
 from streams.settings import KafkaSettings
 
@@ -308,7 +312,7 @@ class ChaosRun:
             for name, services in self.plan.instances().items():
                 self.fleets[name].start(*services, wait=False, **self.env)
             for name, services in self.plan.instances().items():
-                self.fleets[name].wait_ready(services)
+                wait_ready_apart(self.kafka, self.fleets[name], services)
             first_ms = whole_second_ms(now_ms() + int(self.plan.lead_s * 1000))
             workload = build_workload(self.plan, first_ms)
             view = IngestSettings(kafka=self.kafka, view_dir=self.work_dir / "view")
@@ -417,6 +421,40 @@ class ChaosRun:
         settled = time.monotonic() - started
         self._supervise_until(now_ms() + 3_000)
         return settled
+
+
+def wait_ready_apart(
+    kafka: KafkaSettings, fleet: Fleet, services: tuple[str, ...], timeout_s: float = 90.0
+) -> None:
+    """Until each of ``services`` of ``fleet`` has partitions, probed from a child process:
+    librdkafka 2.16 can abort the process that makes an admin request to a group coordinator
+    of a busy cluster (``Assertion eonce->refcnt > 0``, confluentinc/librdkafka#4605, see
+    services/readiness.py); it took a 3-broker chaos run down with it, leaving the cluster and
+    the services running. A probe that aborts is started again."""
+    members = {s: fleet.member(s) for s in services}
+    deadline = time.monotonic() + timeout_s
+    context = multiprocessing.get_context("spawn")
+    while True:
+        child = context.Process(target=_probe_ready, args=(kafka, members, timeout_s))
+        child.start()
+        child.join(timeout_s + 30)
+        if child.exitcode == 0:
+            return
+        dead = [s for s in services if not fleet.alive(s)]
+        if child.exitcode != -signal.SIGABRT or dead or time.monotonic() > deadline:
+            child.kill()
+            raise KafkronError(f"{sorted(members.values())} not ready (probe exit "
+                               f"{child.exitcode}, exited: {dead})\n{fleet.logs()}")  # fmt: skip
+        print("  ! the readiness probe aborted in librdkafka (#4605); probing again", flush=True)
+
+
+def _probe_ready(kafka: KafkaSettings, members: dict[str, str], timeout_s: float) -> None:
+    probes = {
+        m: group_probe(kafka, f"{kafka.namespace}{service}", m) for service, m in members.items()
+    }
+    answers = wait_until_ready(probes, timeout_s, lambda: False)
+    if not all(a.ready for a in answers.values()):
+        raise SystemExit(f"not ready: {answers}")
 
 
 # Report -------------------------------------------------------------------------------------
