@@ -20,10 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.cli import add_env_options
 from bench.e2e_herd import (
     EXECUTOR_ENV,
     HANDLER,
@@ -37,9 +41,75 @@ from bench.e2e_herd import (
 from bench.herd import TimerProcess, fresh_namespace, job_record, now_ms, percentile, produce_jobs
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
+from streams.topics import Priority, TopicNames
 
 CODEC = Codec.from_directory()
 PREFIX = "tn-"
+
+
+@dataclass(frozen=True)
+class DuePositions:
+    """Where the timer put each tenant's DueEvents (``due.normal``, read back after the run):
+    emission times (record timestamps) after the herd's first and, per partition, the position
+    of B's last DueEvent among the herd's over B's count there (the bound for 2 tenants of
+    weight 1 is 2)."""
+
+    b_emitted_ms: list[int]
+    a_last_emitted_ms: int
+    b_last_position_ratio: float  # max over partitions of (B's last position + 1) / n_B
+
+    def line(self) -> str:
+        b = self.b_emitted_ms
+        return (
+            f"B emitted p50 {percentile(b, 0.5)} ms, p99 {percentile(b, 0.99)} ms after the "
+            f"herd's first DueEvent, A's last {self.a_last_emitted_ms} ms; B's last position "
+            f"/ n_B per partition, max {self.b_last_position_ratio:.2f}"
+        )
+
+
+def scan_due(settings: KafkaSettings) -> DuePositions:
+    """Read ``due.normal`` from the start to its end (read_committed) and place the herd."""
+    topic = TopicNames(settings.namespace).due(Priority.NORMAL)
+    consumer = Consumer(
+        settings.client_config(
+            **{
+                "group.id": f"tenants-due-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.max.bytes": 52_428_800,
+            }
+        )
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
+    seen: dict[int, list[tuple[int, bytes, int]]] = {}  # partition -> (offset, key, ts)
+    at_eof: set[int | None] = set()
+    deadline = time.monotonic() + 300
+    key_prefix = PREFIX.encode()
+    while len(at_eof) < settings.partitions and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=50_000, timeout=0.5):
+            if message.error() is not None:
+                at_eof.add(message.partition())
+                continue
+            key = message.key()
+            if key is not None and key.startswith(key_prefix):
+                row = (message.offset() or 0, key, message.timestamp()[1])
+                seen.setdefault(message.partition() or 0, []).append(row)
+    consumer.close()
+    b_emitted, a_last, ratio = [], 0, 0.0
+    b_mark = f"{PREFIX}b-".encode()
+    first_ms = min((ts for rows in seen.values() for _, _, ts in rows), default=0)
+    for rows in seen.values():
+        rows.sort()
+        b_positions = [i for i, (_, key, _) in enumerate(rows) if key.startswith(b_mark)]
+        for _, key, ts in rows:
+            if key.startswith(b_mark):
+                b_emitted.append(ts - first_ms)
+            else:
+                a_last = max(a_last, ts - first_ms)
+        if b_positions:
+            ratio = max(ratio, (b_positions[-1] + 1) / len(b_positions))
+    return DuePositions(sorted(b_emitted) or [0], a_last, ratio)
 
 
 @dataclass(frozen=True)
@@ -52,6 +122,7 @@ class TenantFigures:
     a_drain_ms: int  # the instant to A's last start
     duplicates: int
     intake_spare_s: float
+    due: DuePositions
 
     def line(self) -> str:
         b, a = self.b_late_ms, self.a_late_ms
@@ -60,7 +131,7 @@ class TenantFigures:
             f"{percentile(b, 0.5)}, p99 {percentile(b, 0.99)}, max {b[-1]}; A p50 "
             f"{percentile(a, 0.5)}, p99 {percentile(a, 0.99)}; "
             f"A drain {self.a_drain_ms / 1000:.2f} s (intake done {self.intake_spare_s:.1f} s "
-            f"before the instant, duplicates {self.duplicates})"
+            f"before the instant, duplicates {self.duplicates})\n    timer: {self.due.line()}"
         )
 
 
@@ -71,7 +142,9 @@ def run_once(bootstrap: str, args: argparse.Namespace, fair: bool) -> TenantFigu
         timer_env = {"KAFKRON_TIMER_FAIR_TENANTS": "true" if fair else "false"}
         timer = TimerProcess(settings, "tenants-timer-0", log_dir, **timer_env)
         executors = [
-            ExecutorChild(settings, f"tenants-executor-{i}", log_dir, **EXECUTOR_ENV)
+            ExecutorChild(
+                settings, f"tenants-executor-{i}", log_dir, **{**EXECUTOR_ENV, **args.executor_env}
+            )
             for i in range(args.executors)
         ]
         results = None
@@ -136,6 +209,7 @@ def _fire(
         a_drain_ms=a_last_start_ms - instant_ms,
         duplicates=sum(n - 1 for n in succeeded.values() if n > 1),
         intake_spare_s=(instant_ms - applied_ms) / 1000,
+        due=scan_due(settings),
     )
 
 
@@ -150,6 +224,8 @@ def ratios(runs: list[TenantFigures]) -> str:
         return median([float(pick(r)) for r in runs if r.fair == fair])
 
     picks = {
+        "B p99 emitted (after the herd's first)": lambda r: percentile(r.due.b_emitted_ms, 0.99),
+        "A last emitted (after the herd's first)": lambda r: r.due.a_last_emitted_ms,
         "B p50 start lateness": lambda r: percentile(r.b_late_ms, 0.5),
         "B p99 start lateness": lambda r: percentile(r.b_late_ms, 0.99),
         "A p99 start lateness": lambda r: percentile(r.a_late_ms, 0.99),
@@ -173,6 +249,7 @@ def main() -> None:
     parser.add_argument("--executors", type=int, default=1)
     parser.add_argument("--lead-s", type=float, default=None)
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (on, off)")
+    add_env_options(parser, "executor")
     args = parser.parse_args()
     print(
         f"A {args.a_jobs:,} and B {args.b_jobs:,} one-offs at one instant, {args.partitions} "
