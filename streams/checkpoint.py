@@ -54,6 +54,10 @@ class Checkpoint:
         self._commit_deadline: float | None = None  # monotonic time a commit was asked for
         self._first_offsets: dict[tuple[str, int], int] = {}
         self._last_offsets: dict[tuple[str, int], int] = {}
+        # The next offset to read of each input partition as last committed (or the first
+        # consumed since): re-sent with every commit, so that a commit of outputs alone (a
+        # punctuation's) also carries the group's member epoch and a zombie's is refused.
+        self._positions: dict[tuple[str, int], int] = {}
         self._transactions: dict[tuple[str, int], StoreTransaction] = {}
 
     @property
@@ -78,6 +82,7 @@ class Checkpoint:
         """
         for key, offset in first_offsets.items():
             self._first_offsets.setdefault(key, offset)
+            self._positions.setdefault(key, offset)
 
     def release(self, partitions: Collection[TopicPartition]) -> None:
         """Stop tracking the rewind points of partitions this member gives away or lost.
@@ -88,6 +93,7 @@ class Checkpoint:
         """
         for tp in partitions:
             self._first_offsets.pop((tp.topic, tp.partition), None)
+            self._positions.pop((tp.topic, tp.partition), None)
 
     def record_offset(self, topic: str, partition: int, offset: int) -> None:
         """Mark one input record as processed."""
@@ -134,15 +140,20 @@ class Checkpoint:
             for transaction in self._transactions.values():  # 1
                 transaction.prepare(self._producer)
             # 2: nothing to do here.
-            if self._last_offsets:  # 3
-                positions = [
-                    TopicPartition(topic, partition, offset + 1)
-                    for (topic, partition), offset in self._last_offsets.items()
-                ]
+            # 3: every input position, not only those that moved: a transaction of outputs
+            # alone (fires a punctuation emitted) is then fenced like any other when this
+            # member lost its partitions (a timer frozen past its session and continued
+            # committed fires its successor had committed already).
+            positions = dict(self._positions)
+            positions.update({key: offset + 1 for key, offset in self._last_offsets.items()})
+            if positions and began is not None:  # an empty commit begins no transaction
                 metadata = self._consumer.consumer_group_metadata()
-                self._producer.send_offsets(positions, metadata)
+                self._producer.send_offsets(
+                    [TopicPartition(t, p, offset) for (t, p), offset in positions.items()],
+                    metadata,
+                )
             self._producer.commit()  # 4
-            log.debug("committed %s", _positions_text(self._last_offsets, 1))
+            log.debug("committed %s", _positions_text(positions, 0))
         except KafkaOperationError as exc:
             self.abort()
             if exc.denied:  # a missing ACL: every retry would be refused the same way
@@ -151,6 +162,8 @@ class Checkpoint:
         except BaseException:
             self.abort()
             raise
+        for key in self._positions:  # partitions still owned: a released one was dropped
+            self._positions[key] = positions[key]
         for transaction in self._transactions.values():  # 5
             store = transaction.store
             transaction.flush(

@@ -186,8 +186,8 @@ def spawn(kafka_settings: KafkaSettings, io: tuple[str, str]) -> Iterator[Spawn]
 def wait_caught_up(settings: KafkaSettings, topic: str, timeout_s: float = 60) -> None:
     ends = end_offsets(settings, topic)
     deadline = time.monotonic() + timeout_s
-    while committed_offsets(settings, group_of(settings), topic) != ends:
-        assert time.monotonic() < deadline, "the processor did not catch up"
+    while (committed := committed_offsets(settings, group_of(settings), topic)) != ends:
+        assert time.monotonic() < deadline, f"not caught up: committed {committed}, ends {ends}"
         time.sleep(0.25)
 
 
