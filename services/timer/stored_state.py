@@ -257,10 +257,11 @@ def _decode_format_1(data: bytes, decode_job: Callable[[bytes], dict[str, Any]])
     else:  # stored before the run time was
         decoded = decode_job(job_bytes)
         one_off_run_at_ms = one_off_run_at_ms_of(decoded)
-    state = TimerState(
+    state = state_of_fields(
         job_id,
         version,
         status,
+        NO_RANK,  # format 1 predates ranks: its wheel entry has the legacy key
         job_bytes,
         one_off_run_at_ms,
         sched_tick_ms,
