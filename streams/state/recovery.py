@@ -25,6 +25,7 @@ of a line per store partition.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -440,3 +441,17 @@ def partition_ranges(partitions: list[int]) -> str:
     if start is not None:
         ranges.append(str(start) if start == previous else f"{start}-{previous}")
     return ", ".join(ranges)
+
+
+def parse_partition_ranges(text: str) -> list[int]:
+    """The partition numbers :func:`partition_ranges` wrote as ``text``, sorted."""
+    numbers: set[int] = set()
+    for part in text.split(", ") if text else ():
+        first, _, last = part.partition("-")
+        numbers.update(range(int(first), int(last or first) + 1))
+    return sorted(numbers)
+
+
+RESTORED_LINE = re.compile(r"restored partitions? ([0-9, -]+) in ")
+"""Finds the partitions of a :func:`restored_summary` line (group 1, for
+:func:`parse_partition_ranges`): how a supervisor tells that a processor's partitions are ready."""

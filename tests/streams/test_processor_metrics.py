@@ -10,7 +10,13 @@ import pytest
 
 from streams.settings import KafkaSettings
 from streams.state.changelog import changelog_topic
-from streams.state.recovery import RecoveryProgress, partition_ranges, restored_summary
+from streams.state.recovery import (
+    RESTORED_LINE,
+    RecoveryProgress,
+    parse_partition_ranges,
+    partition_ranges,
+    restored_summary,
+)
 from tests.streams.processor_testkit import committed_offsets, produce_keyed, read_committed
 from tests.streams.test_processor_runtime import GROUP, Hooks, io, make, running, wait_for
 
@@ -61,6 +67,17 @@ def test_a_processor_counts_commits_restores_store_keys_and_lag_and_logs_one_res
 def test_partition_ranges_and_the_summary_line() -> None:
     assert partition_ranges([0, 1, 2, 3, 7, 9, 10]) == "0-3, 7, 9-10"
     assert partition_ranges([5]) == "5" and partition_ranges([]) == ""
+
+
+def test_the_restored_line_parses_back_to_its_partitions() -> None:
+    for partitions in ([0, 1, 2, 3, 7, 9, 10], [5], [0, 2, 4], list(range(12))):
+        text = partition_ranges(partitions)
+        assert parse_partition_ranges(text) == partitions
+        done = [RecoveryProgress("t-changelog", p, 0, 0, 0) for p in partitions]
+        line = restored_summary(done, 0.5)
+        found = RESTORED_LINE.search(f"INFO streams.state.recovery {line}")
+        assert found is not None and parse_partition_ranges(found.group(1)) == partitions
+    assert parse_partition_ranges("") == []
     done = [
         RecoveryProgress("c-jobs", 0, 0, 10, 10, applied=1_200, store="jobs"),
         RecoveryProgress("c-wheel", 0, 0, 10, 10, applied=300, store="wheel"),
