@@ -18,14 +18,27 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
-from bench.fleet import Fleet, Ledger, cron_every_second, one_off, ticks, whole_second_ms
+from bench.dag_runs import SIX_NODES, cron_every, dag_jobs
+from bench.fault_ledger import read_ledger
+from bench.fleet import (
+    Fleet,
+    Ledger,
+    TopicReader,
+    cron_every_second,
+    one_off,
+    ticks,
+    whole_second_ms,
+)
+from bench.herd import produce_jobs
 from infra.broker import LocalBroker, free_port
 from infra.settings import BrokerSettings
 from infra.toxiproxy import Proxy, Toxiproxy, build
@@ -33,8 +46,10 @@ from services.ingest.client import KafkronClient
 from services.ingest.producer import partition_for_key
 from services.ingest.settings import IngestSettings
 from streams.admin import ensure_topics
+from streams.codec import RecordKind
 from streams.identity import execution_id
 from streams.settings import KafkaSettings
+from streams.topics import DAG_RELEASES
 from tests.conftest import ROOT
 
 from .executor.test_service_kit import now_ms
@@ -266,3 +281,128 @@ def test_a_cut_longer_than_the_session_moves_partitions_and_back(
     # Found by this test: with a transaction open at the cut, A's event loop sat in
     # send_offsets_to_transaction for good (librdkafka #5456, #5511) and A never ran again.
     assert back_ms is not None, f"executor A ran nothing after the heal\n{cut.log('executor')}"
+
+
+# --- The timer and the dag processor cut off (a second instance of each takes over) ---
+
+
+def assigned_partitions(kafka: KafkaSettings, service: str, member: str) -> int:
+    """How many topic partitions group ``<namespace><service>`` assigns to ``member`` now
+    (0 when it is not a member)."""
+    group = f"{kafka.namespace}{service}"
+    admin = AdminClient(kafka.client_config())
+    description = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    return sum(
+        len(m.assignment.topic_partitions) for m in description.members if m.client_id == member
+    )
+
+
+def cut_until_moved(proxy: Proxy, kafka: KafkaSettings, service: str, cut: Fleet, direct: Fleet,
+                    heal_at_ms: int) -> None:  # fmt: skip
+    """Cut the proxy with ``cut``'s ``service`` holding partitions, check that they all move
+    to ``direct``'s before ``heal_at_ms``, and heal at ``heal_at_ms``."""
+    held = assigned_partitions(kafka, service, cut.member(service))
+    assert held, f"the {service} to cut holds no partitions\n{cut.logs()}"
+    proxy.disable()
+    moved = False
+    while now_ms() < heal_at_ms - 500 and not moved:
+        time.sleep(0.5)
+        moved = assigned_partitions(kafka, service, cut.member(service)) == 0 and (
+            assigned_partitions(kafka, service, direct.member(service)) > held
+        )
+    assert moved, f"the cut {service}'s {held} partitions never moved\n{direct.logs()}"
+    sleep_until(heal_at_ms)
+    proxy.enable()
+
+
+def rejoined_after_s(fleet: Fleet, service: str, heal_at_ms: int) -> float:
+    """Wait until the cut ``service`` holds partitions again by itself; seconds after the heal."""
+    fleet.wait_ready([service], timeout_s=30)
+    assert fleet.alive(service), f"the cut {service} exited\n{fleet.log(service)}"
+    return (now_ms() - heal_at_ms) / 1000
+
+
+def test_a_cut_timer_loses_its_partitions_and_rejoins_each_fire_once(
+    kafka: KafkaSettings, proxy: Proxy, ledger: Ledger, tmp_path: Path
+) -> None:
+    cut = Fleet(kafka, tmp_path, name="cut")  # timer A, through the proxy
+    direct = Fleet(kafka, tmp_path, name="direct")  # timer B and the executor
+    try:
+        cut.start("timer", KAFKRON_BOOTSTRAP_SERVERS=proxy.listen)
+        direct.start("timer", "executor")
+        first_ms = whole_second_ms(now_ms() + 2_000)
+        cut_at_ms, heal_at_ms = first_ms + 4_000, first_ms + 4_000 + 15_000
+        expected = submit(kafka, tmp_path / "view", first_ms, 28_000)
+        sleep_until(cut_at_ms)  # A fires every second on its partition: a transaction open
+        cut_until_moved(proxy, kafka, "timer", cut, direct, heal_at_ms)
+        back_s = rejoined_after_s(cut, "timer", heal_at_ms)
+        assert_one_final_each(ledger, direct, expected)
+    finally:
+        cut.stop(timeout_s=10)
+        direct.stop()
+    fires = read_ledger(kafka, "")
+    counts = fires.fire_counts()
+    assert set(counts) == set(expected), set(counts) ^ set(expected)
+    assert not fires.doubled_fires(), f"DueEvents committed twice: {fires.doubled_fires()}"
+    late = max(f.emitted_at_ms - f.scheduled_for_ms for f in fires.fires)
+    print(
+        f"timer cut {(heal_at_ms - cut_at_ms) / 1000:.0f} s (session {SESSION_TIMEOUT_S:.0f} s): "
+        f"{len(expected)} DueEvents committed once each, one final outcome each; the cut timer "
+        f"held partitions again {back_s:.1f} s after the heal; latest fire {late / 1000:.1f} s"
+    )
+
+
+DAG_PERIOD_MS = 2_000
+DAG_DEPENDENTS = [node for node, upstreams in SIX_NODES.items() if upstreams]
+
+
+def test_a_cut_dag_processor_loses_its_partitions_and_rejoins_each_release_once(
+    kafka: KafkaSettings, proxy: Proxy, ledger: Ledger, tmp_path: Path
+) -> None:
+    cut = Fleet(kafka, tmp_path, name="cut")  # dag processor A, through the proxy
+    direct = Fleet(kafka, tmp_path, name="direct")  # dag processor B, the timer, the executor
+    releases = TopicReader(kafka, [DAG_RELEASES])
+    try:
+        cut.start("dag", KAFKRON_BOOTSTRAP_SERVERS=proxy.listen)
+        direct.start("dag", "timer", "executor")
+        first_ms = whole_second_ms(now_ms() + 3_000) // DAG_PERIOD_MS * DAG_PERIOD_MS
+        keys = list(range(first_ms, first_ms + 26_000, DAG_PERIOD_MS))
+        cut_at_ms, heal_at_ms = first_ms + 5_000, first_ms + 5_000 + 15_000
+        # Two DAGs: their nodes spread over both partitions, so A owns runs in flight.
+        prefixes = [f"dag{i}-" for i in range(2)]
+        for prefix in prefixes:
+            roots = cron_every(DAG_PERIOD_MS // 1000, first_ms, keys[-1] + 1)
+            produce_jobs(kafka, dag_jobs(prefix, roots, "tests.effect", now_ms()))
+        expected = {
+            execution_id(p + node, key): key for p in prefixes for node in SIX_NODES for key in keys
+        }
+        sleep_until(cut_at_ms)
+        cut_until_moved(proxy, kafka, "dag", cut, direct, heal_at_ms)
+        back_s = rejoined_after_s(cut, "dag", heal_at_ms)
+        assert_one_final_each(ledger, direct, expected)
+        wanted = {(p + node, key) for p in prefixes for node in DAG_DEPENDENTS for key in keys}
+        releases.wait_for(
+            lambda r: len(r.records) >= len(wanted), timeout_s=30, what="every release"
+        )
+        releases.poll(2.0)  # a late copy would show here
+    finally:
+        releases.close()
+        cut.stop(timeout_s=10)
+        direct.stop()
+    released = Counter(
+        (r["job_id"], r["run_key_ms"])
+        for r in releases.decoded(DAG_RELEASES, RecordKind.DAG_RELEASE)
+    )
+    verdicts = Counter(r["verdict"] for r in releases.decoded(DAG_RELEASES, RecordKind.DAG_RELEASE))
+    assert set(released) == wanted, set(released) ^ wanted
+    assert all(n == 1 for n in released.values()), {k: n for k, n in released.items() if n > 1}
+    assert verdicts == {"RUN": len(wanted)}, verdicts
+    runs = starts(direct.effects_path)
+    started = Counter(r.execution_id for r in runs)
+    assert set(started) == set(expected) and set(started.values()) == {1}, started
+    print(
+        f"dag processor cut {(heal_at_ms - cut_at_ms) / 1000:.0f} s (session "
+        f"{SESSION_TIMEOUT_S:.0f} s): {len(wanted)} releases committed once each, "
+        f"{len(expected)} runs one final outcome each, each run started once; the cut dag "
+        f"processor held partitions again {back_s:.1f} s after the heal"
+    )
