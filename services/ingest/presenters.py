@@ -13,14 +13,19 @@ from services.ingest.commands import first_run_at_ms
 from services.ingest.lifecycle import Lifecycle
 from streams.records import JobStatus
 
-_DAY_MS = 86_400_000
+_DAY_S = 86_400
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
 
-@lru_cache(maxsize=4_096)
-def _iso_day(days: int) -> str:
-    """``2026-07-12T`` of the day ``days`` after 1970-01-01 (a page's times share few days)."""
-    return date.fromordinal(_EPOCH_ORDINAL + days).isoformat() + "T"
+@lru_cache(maxsize=65_536)
+def _iso_second(seconds: int) -> str:
+    """``2026-07-12T02:00:00`` of the second ``seconds`` after the epoch (cached: the times
+    of an execution, and of the results a view applies in one second, share few seconds)."""
+    days, in_day = divmod(seconds, _DAY_S)
+    minutes, second = divmod(in_day, 60)
+    hour, minute = divmod(minutes, 60)
+    day = date.fromordinal(_EPOCH_ORDINAL + days).isoformat()
+    return f"{day}T{hour:02d}:{minute:02d}:{second:02d}"
 
 
 def iso(ms: int | None) -> str | None:
@@ -30,11 +35,8 @@ def iso(ms: int | None) -> str | None:
     the last ms digit far in the future); ValueError outside years 1-9999."""
     if ms is None:
         return None
-    days, in_day = divmod(ms, _DAY_MS)
-    seconds, millis = divmod(in_day, 1000)
-    minutes, second = divmod(seconds, 60)
-    hour, minute = divmod(minutes, 60)
-    return f"{_iso_day(days)}{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
+    seconds, millis = divmod(ms, 1000)
+    return f"{_iso_second(seconds)}.{millis:03d}Z"
 
 
 def schedule_type(job: Mapping[str, Any]) -> str:
@@ -71,7 +73,7 @@ def _payload_fields(payload: bytes) -> dict[str, Any]:
         return {"payload_b64": base64.b64encode(payload).decode()}
 
 
-def _cron_body(cron: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def cron_body(cron: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if cron is None:
         return None
     return {
@@ -110,7 +112,7 @@ def job_body(
         "handler": job["handler"],
         **_payload_fields(job["payload"]),
         "run_at": iso(job.get("run_at_ms")),
-        "cron": _cron_body(job.get("cron")),
+        "cron": cron_body(job.get("cron")),
         "depends_on": list(job["depends_on"]),
         "priority": job["priority"],
         "timeout_s": job["timeout_ms"] / 1000,
@@ -151,15 +153,15 @@ def job_summary(
         "tenant": job["tenant"],
         "labels": dict(job["labels"]),
         "run_at": iso(job.get("run_at_ms")),
-        "cron": _cron_body(job.get("cron")),
+        "cron": cron_body(job.get("cron")),
         "depends_on": list(job["depends_on"]),
         "next_run_at": iso(next_run_ms(job, newest, now_ms)),
-        "last_execution": None if last_execution is None else _attempt_body(last_execution),
+        "last_execution": None if last_execution is None else attempt_body(last_execution),
         "updated_at": iso(job["updated_at_ms"]),
     }
 
 
-def _attempt_body(attempt: Mapping[str, Any]) -> dict[str, Any]:
+def attempt_body(attempt: Mapping[str, Any]) -> dict[str, Any]:
     body = {
         "attempt": attempt["attempt"],
         "status": attempt["status"],
@@ -184,9 +186,9 @@ def _attempt_body(attempt: Mapping[str, Any]) -> dict[str, Any]:
 def execution_body(execution: Mapping[str, Any]) -> dict[str, Any]:
     """One execution: its newest attempt's fields and ``attempts``, every attempt kept,
     oldest first (an execution replayed after its dead letter lists both rounds)."""
-    body = _attempt_body(execution)
+    body = attempt_body(execution)
     body["job_id"] = execution.get("job_id")
-    body["attempts"] = [_attempt_body(a) for a in execution.get("attempts", ())]
+    body["attempts"] = [attempt_body(a) for a in execution.get("attempts", ())]
     return body
 
 

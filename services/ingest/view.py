@@ -211,6 +211,13 @@ class StatusView:
         """A page of jobs matching ``where``, in job id order, and the next page's cursor."""
         return self.store.job_page(where, cursor, limit)
 
+    def jobs_json(
+        self, where: JobFilter, cursor: str | None, limit: int, now_ms: int
+    ) -> tuple[list[bytes], str | None]:
+        """:meth:`jobs` as the API's items (JSON bytes, pre-rendered by the view; times
+        that follow from now, such as a cron's next run, as of ``now_ms``)."""
+        return self.store.job_page_json(where, cursor, limit, now_ms)
+
     def executions(self, job_id: str) -> list[dict[str, Any]]:
         """Recent executions of the job, newest first, each with its attempts."""
         return self.store.executions(job_id)

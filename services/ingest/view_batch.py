@@ -18,6 +18,7 @@ import orjson
 from services.ingest.attempts import is_final, merged_execution
 from services.ingest.job_index import STATUS, index_key, term, terms_of
 from services.ingest.lifecycle import Lifecycle
+from services.ingest.list_rows import last_execution_json, row_parts
 from services.ingest.view_store import (
     CHILD,
     COUNT,
@@ -27,6 +28,7 @@ from services.ingest.view_store import (
     JOB,
     LIFE,
     NEWEST,
+    ROW,
     RUNNING,
     U64,
     UNDECODABLE,
@@ -91,6 +93,7 @@ class ViewBatch:
         if stored is not None and U64.unpack(stored[:8])[0] >= record["version"]:
             return  # a stale or repeated command never overwrites a newer one
         self._pending[JOB + job] = U64.pack(record["version"]) + value
+        self._pending[ROW + job] = row_parts(record)
         life = Lifecycle.of_job(record, self._outcome(job_id, record.get("run_at_ms")))
         old_terms = [] if stored is None else self._terms_of_stored(job, stored)
         self._replace_terms(job_id, old_terms, terms_of(record, life.shown))
@@ -128,7 +131,7 @@ class ViewBatch:
         job_id = job.decode()
         if stored is not None:
             self._replace_terms(job_id, self._terms_of_stored(job, stored), ())
-        for prefix in (JOB, LIFE, RUNNING, COUNT, NEWEST):
+        for prefix in (JOB, ROW, LIFE, RUNNING, COUNT, NEWEST):
             self._pending[prefix + job] = None
         prefix = history_prefix(job_id)
         for key in self._store.keys_from(prefix, prefix):
@@ -165,7 +168,7 @@ class ViewBatch:
             merged = merged_execution(known, result, self._store.attempts_kept)
             execution_json = orjson.dumps(merged)
             self._pending[key] = execution_json
-            self._follow_newest(job_id, key, execution_json)
+            self._follow_newest(job_id, key, merged, execution_json)
             self._follow_outcome(job_id, tick, merged["status"])
         self._track_running(job_id.encode(), result)
         self.results.append(result)
@@ -200,14 +203,18 @@ class ViewBatch:
                 return key
         return None
 
-    def _follow_newest(self, job_id: str, key: bytes, execution_json: bytes) -> None:
+    def _follow_newest(
+        self, job_id: str, key: bytes, merged: Mapping[str, Any], execution_json: bytes
+    ) -> None:
         """Keep ``l\\0<job_id>`` the job's newest kept execution: the one of the largest
-        key (an older tick arriving late, or a repeat of an older one, leaves it)."""
+        key (an older tick arriving late, or a repeat of an older one, leaves it), with its
+        ``last_execution`` of a jobs page rendered."""
         newest_key = NEWEST + job_id.encode()
         position = key[len(history_prefix(job_id)) :]
         stored = self._get(newest_key)
         if stored is None or position >= split_newest(stored)[0]:
-            self._pending[newest_key] = newest_value(position, execution_json)
+            rendered = last_execution_json(merged)
+            self._pending[newest_key] = newest_value(position, execution_json, rendered)
 
     def _follow_outcome(self, job_id: str, tick: int, status: str) -> None:
         """A one-off's own execution decides its shown status (COMPLETED when it ended)."""

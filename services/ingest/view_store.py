@@ -10,8 +10,12 @@ Key layout (one RocksDB, raw bytes; prefixes keep the kinds apart; job ids never
 * ``h\\0<job_id>\\0<scheduled_for:8><execution_id>``: JSON of one execution with every
   attempt (:mod:`services.ingest.attempts`); a job's newest are its last keys
 * ``l\\0<job_id>``: the job's newest kept execution (its ``h`` key's last position):
-  2-byte length + ``<scheduled_for:8><execution_id>`` + the same JSON as its ``h`` value,
-  written with it at apply time, so a page of jobs is one multi-get (no seek per job)
+  2-byte length + ``<scheduled_for:8><execution_id>`` + 4-byte length + the same JSON as
+  its ``h`` value + its ``last_execution`` of a jobs page, rendered
+  (:mod:`services.ingest.list_rows`), written with it at apply time, so a page of jobs is
+  one multi-get (no seek per job)
+* ``w\\0<job_id>``: the job's item of a jobs page, pre-rendered from its record
+  (:func:`services.ingest.list_rows.row_parts`), written with the record
 * ``n\\0<job_id>``: 8-byte count of the job's ``h`` keys (at most ``executions_kept``)
 * ``r\\0<job_id>``: JSON object ``{execution_id: attempt}`` of executions STARTED without
   an outcome yet (RUNNING); absent when none
@@ -54,7 +58,10 @@ from services.ingest.job_index import (
     encode_cursor,
     page_of_ids,
 )
+from services.ingest.json_bytes import json_bytes
 from services.ingest.lifecycle import Lifecycle
+from services.ingest.list_rows import RowJoiner
+from services.ingest.presenters import job_summary
 from streams.codec import Codec
 from streams.identity import split_execution_id
 from streams.job_reader import JobReader
@@ -67,11 +74,11 @@ __all__ = ["InvalidCursorError", "JobRow", "ViewStore"]
 U64 = struct.Struct(">Q")
 DLQ_KEY = struct.Struct(">QIQ")
 JOB, HISTORY, COUNT, LIFE, RUNNING = b"j\0", b"h\0", b"n\0", b"s\0", b"r\0"
-NEWEST = b"l\0"
+NEWEST, ROW = b"l\0", b"w\0"
 DLQ, DEAD_BY_ID, OFFSET, META = b"d\0", b"D\0", b"o\0", b"m\0"
 UPSTREAMS, CHILD = b"u\0", b"c\0"
 UNDECODABLE = META + b"undecodable"
-_FORMAT, _FORMAT_VERSION = META + b"format", b"3"
+_FORMAT, _FORMAT_VERSION = META + b"format", b"4"
 _DLQ_END = DLQ + b"\xff" * DLQ_KEY.size
 _TICK_BIAS = 1 << 63  # ticks as unsigned: negative ones sort before positive ones
 
@@ -87,18 +94,28 @@ def history_key(job_id: str, scheduled_for_ms: int, execution_id: str) -> bytes:
     return history_prefix(job_id) + tick + execution_id.encode()
 
 
-U16 = struct.Struct(">H")
+U16, U32 = struct.Struct(">H"), struct.Struct(">I")
 
 
-def newest_value(position: bytes, execution_json: bytes) -> bytes:
-    """The ``l`` value of an execution at ``position`` (its ``h`` key after the prefix)."""
-    return U16.pack(len(position)) + position + execution_json
+def newest_value(position: bytes, execution_json: bytes, rendered: bytes) -> bytes:
+    """The ``l`` value of an execution at ``position`` (its ``h`` key after the prefix),
+    with its ``last_execution`` JSON of a jobs page."""
+    head = U16.pack(len(position)) + position + U32.pack(len(execution_json))
+    return head + execution_json + rendered
 
 
 def split_newest(value: bytes) -> tuple[bytes, bytes]:
     """The position and the execution JSON of an ``l`` value."""
     end = U16.size + U16.unpack_from(value)[0]
-    return value[U16.size : end], value[end:]
+    json_end = end + U32.size + U32.unpack_from(value, end)[0]
+    return value[U16.size : end], value[end + U32.size : json_end]
+
+
+def newest_rendered(value: bytes) -> tuple[bytes, bytes]:
+    """The position and the rendered ``last_execution`` of an ``l`` value."""
+    end = U16.size + U16.unpack_from(value)[0]
+    json_end = end + U32.size + U32.unpack_from(value, end)[0]
+    return value[U16.size : end], value[json_end:]
 
 
 def offset_key(topic: str, partition: int) -> bytes:
@@ -229,6 +246,45 @@ class ViewStore:
                 )
             )
         return rows, None if following is None else encode_cursor(following)
+
+    def job_page_json(
+        self, where: JobFilter, cursor: str | None, limit: int, now_ms: int
+    ) -> tuple[list[bytes], str | None]:
+        """The items of :meth:`job_page` as JSON (each ``json_bytes(job_summary(...))`` at
+        ``now_ms``), joined from the pre-rendered ``w`` and ``l`` values: no record decoded
+        (only a row whose parts did not render is built from its record)."""
+        start = b"" if cursor is None else decode_cursor(cursor)
+        terms = where.terms()
+        prefixes = [INDEX + t for t in terms] if terms else [JOB]
+        id_prefix = where.id_prefix.encode()
+        ids, following = page_of_ids(self._db.iter, prefixes, start, limit, id_prefix=id_prefix)
+        keys: list[Any] = [p + i.encode() for p in (ROW, LIFE, NEWEST) for i in ids]
+        found: list[Any] = (self._db.get(keys) or []) if ids else []  # one multi-get
+        count = len(ids)
+        joiner = RowJoiner(now_ms)
+        items = []
+        for job_id, parts, life, newest in zip(
+            ids, found[:count], found[count : 2 * count], found[2 * count :], strict=True
+        ):
+            if parts is None:
+                continue  # deleted since the index was read
+            life = None if life is None else bytes(life)
+            last = None if newest is None else newest_rendered(bytes(newest))
+            item = joiner.row(bytes(parts), life, last)
+            if not item:
+                item = self._item_of_record(job_id, life, newest, now_ms)
+            if item:
+                items.append(item)
+        return items, None if following is None else encode_cursor(following)
+
+    def _item_of_record(self, job_id: str, life: bytes | None, newest: Any, now_ms: int) -> bytes:
+        """A page item built from the Job record (empty when the job is gone)."""
+        job = self.job(job_id)
+        if job is None:
+            return b""
+        lifecycle = None if life is None else Lifecycle.from_json(orjson.loads(life))
+        last = None if newest is None else orjson.loads(split_newest(bytes(newest))[1])
+        return json_bytes(job_summary(job, lifecycle, last, now_ms))
 
     # executions --------------------------------------------------------------------------
 
