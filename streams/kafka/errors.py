@@ -172,3 +172,44 @@ def operation_error(action: str, exc: KafkaException) -> KafkaOperationError:
     if error is None:
         error = KafkaError(KafkaError._FAIL, str(exc), fatal=True)
     return KafkaOperationError(action, error)
+
+
+_MAX_CAUSES = 4  # how deep to look for the KafkaException behind a SystemError
+# Codes a produce() of a fenced or fatally failed client raises (without the fatal flag).
+_CLIENT_FAILED = frozenset({KafkaError._FATAL, KafkaError._FENCED})
+
+
+def kafka_exception(exc: BaseException | None) -> KafkaException | None:
+    """The KafkaException behind ``exc`` (itself, or the cause of a SystemError), if any."""
+    for _ in range(_MAX_CAUSES):
+        if exc is None or isinstance(exc, KafkaException):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def refused_error(topic: str, partition: int | None, exc: KafkaException) -> KafkronError:
+    """What a produce() that raised ``exc`` means: the client failed (abort, replace it), the
+    transaction failed underneath (abort and reprocess), access was denied, or a caller bug."""
+    error = exc.args[0] if exc.args else None
+    if isinstance(error, KafkaError) and (
+        error.fatal() or error.txn_requires_abort() or error.code() in _CLIENT_FAILED
+    ):
+        # A fenced or fatally failed client refuses every produce with _FATAL, without
+        # librdkafka's fatal flag: that is the client's state, not the record's fault.
+        return operation_error(f"produce to {topic}", exc)
+    if isinstance(error, KafkaError) and error.code() == KafkaError._STATE:
+        # The transaction failed underneath (e.g. an earlier record without a delivery
+        # callback timed out): abort it and reprocess, as a latched error would.
+        return KafkaOperationError(
+            f"produce to {topic}",
+            KafkaError(KafkaError._STATE, str(error), txn_requires_abort=True),
+        )
+    denied = denied_error(f"produce to {topic}", exc)
+    if denied is not None:  # the topic's metadata answered TOPIC_AUTHORIZATION_FAILED
+        return denied
+    # Refused locally (unknown topic or partition, record too large): a caller bug.
+    return KafkronError(
+        f"produce to {topic} partition {partition} was refused: {exc}; check the "
+        "topic name, the partition number and the record size"
+    )

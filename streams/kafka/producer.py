@@ -14,6 +14,10 @@ waited for at most their timeout plus ``stuck_after_s``: librdkafka's
 caller (an executor's event loop) would never run again. A client stuck in a call, fenced or
 failed, or unable to abort, is replaced by a new one of the same transactional.id, whose
 ``init_transactions`` aborts the open transaction at the broker.
+
+Its configuration is :mod:`streams.kafka.producer_config`'s, what a refused produce means is
+:func:`streams.kafka.errors.refused_error`, and a replaced client is closed by
+:mod:`streams.kafka.producer_close`.
 """
 
 from __future__ import annotations
@@ -26,71 +30,25 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from streams.exceptions import KafkronError
 from streams.kafka.calls import CallStuckError, ClientCalls
 from streams.kafka.errors import (
     CommitOutcomeUnknownError,
     ErrorKind,
     KafkaOperationError,
-    denied_error,
+    kafka_exception,
     operation_error,
+    refused_error,
     stuck_error,
 )
+from streams.kafka.producer_close import discard_client
+from streams.kafka.producer_config import DEFAULT_TRANSACTION_TIMEOUT_MS, producer_config
 from streams.settings import KafkaSettings
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
-DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 DEFAULT_STUCK_AFTER_S = 5.0  # past a call's own timeout, the client is taken as stuck in it
 _MIN_CALL_TIMEOUT_S = 1.0  # the least a retried call gets, even past the deadline
-_CLOSE_WAIT_S = 10.0
-_PRODUCER_DEFAULTS = {"metadata.recovery.strategy": "none"}
 _MAX_RESETS_PER_MINUTE = 3
-# Codes a produce() of a fenced or fatally failed client raises (without the fatal flag).
-_CLIENT_FAILED = frozenset({KafkaError._FATAL, KafkaError._FENCED})
-_MAX_CAUSES = 4  # how deep to look for the KafkaException behind a SystemError
-
-
-def _kafka_exception(exc: BaseException | None) -> KafkaException | None:
-    """The KafkaException behind ``exc`` (itself, or the cause of a SystemError), if any."""
-    for _ in range(_MAX_CAUSES):
-        if exc is None or isinstance(exc, KafkaException):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def producer_config(
-    settings: KafkaSettings,
-    transactional_id: str,
-    transaction_timeout_ms: int,
-    defaults: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """librdkafka config of a transactional producer.
-
-    ``defaults`` (a service's tuning, e.g. compression) apply first, then the operator's
-    extras, then the settings exactly-once needs.
-
-    No re-bootstrap (``metadata.recovery.strategy``, the operator may set it back): after
-    every connection dropped for a while, librdkafka's re-bootstrap decommissions the brokers
-    it knew, and its group coordinator requests keep waiting for a decommissioned one
-    (librdkafka #5511), so each ``send_offsets_to_transaction`` after a 15 s network cut got
-    stuck. This producer bootstraps afresh by being replaced when it cannot reach the broker.
-    """
-    base = {**_PRODUCER_DEFAULTS, **(defaults or {}), **settings.client_config()}
-    base.update(
-        {
-            "transactional.id": transactional_id,
-            "enable.idempotence": True,
-            "acks": "all",
-            # Java-compatible hashing, so Java and Go producers agree on partitions by key.
-            "partitioner": "murmur2_random",
-            # A SIGKILLed producer's open transaction blocks read_committed readers (and the
-            # next owner's offset fetch) until the broker aborts it after this long.
-            "transaction.timeout.ms": transaction_timeout_ms,
-        }
-    )
-    return base
 
 
 class TransactionalProducer:
@@ -171,7 +129,7 @@ class TransactionalProducer:
             except BufferError:
                 self._produce_when_room(topic, key, value, number)
             except KafkaException as exc:
-                raise self._refused(topic, partition, exc) from exc
+                raise refused_error(topic, partition, exc) from exc
 
     def produce_changelog(
         self, topic: str, partition: int, items: Sequence[tuple[bytes, bytes | None]]
@@ -196,14 +154,14 @@ class TransactionalProducer:
             except BufferError:
                 self._produce_when_room(topic, key, value, partition, track=False)
             except KafkaException as exc:
-                raise self._refused(topic, partition, exc) from exc
+                raise refused_error(topic, partition, exc) from exc
         key, value = items[-1]
         try:
             produce(topic, value, key, partition, self._on_delivery)
         except BufferError:
             self._produce_when_room(topic, key, value, partition, track=True)
         except KafkaException as exc:
-            raise self._refused(topic, partition, exc) from exc
+            raise refused_error(topic, partition, exc) from exc
 
     def _produce_when_room(
         self,
@@ -232,32 +190,7 @@ class TransactionalProducer:
                 if time.monotonic() > deadline:
                     raise
             except KafkaException as exc:
-                raise self._refused(topic, partition, exc) from exc
-
-    @staticmethod
-    def _refused(topic: str, partition: int | None, exc: KafkaException) -> KafkronError:
-        error = exc.args[0] if exc.args else None
-        if isinstance(error, KafkaError) and (
-            error.fatal() or error.txn_requires_abort() or error.code() in _CLIENT_FAILED
-        ):
-            # A fenced or fatally failed client refuses every produce with _FATAL, without
-            # librdkafka's fatal flag: that is the client's state, not the record's fault.
-            return operation_error(f"produce to {topic}", exc)
-        if isinstance(error, KafkaError) and error.code() == KafkaError._STATE:
-            # The transaction failed underneath (e.g. an earlier record without a delivery
-            # callback timed out): abort it and reprocess, as a latched error would.
-            return KafkaOperationError(
-                f"produce to {topic}",
-                KafkaError(KafkaError._STATE, str(error), txn_requires_abort=True),
-            )
-        denied = denied_error(f"produce to {topic}", exc)
-        if denied is not None:  # the topic's metadata answered TOPIC_AUTHORIZATION_FAILED
-            return denied
-        # Refused locally (unknown topic or partition, record too large): a caller bug.
-        return KafkronError(
-            f"produce to {topic} partition {partition} was refused: {exc}; check the "
-            "topic name, the partition number and the record size"
-        )
+                raise refused_error(topic, partition, exc) from exc
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: object) -> None:
         """Add consumer positions (next offsets to read) to the current transaction.
@@ -424,26 +357,8 @@ class TransactionalProducer:
         self._on_delivery = on_delivery
 
     def _discard_client(self) -> None:
-        """Close the client: one stuck in a call is closed after it returns, if ever (never
-        while it runs), and a close that takes longer than a few seconds is left running."""
-        client, fatal = self._producer, self._broken
-        if self._calls.stuck:
-            log.warning("the stuck producer is left to close when its call returns")
-            self._calls.abandon(lambda: _close_quietly(client))
-            return
-
-        def close() -> None:
-            # A fenced client cannot abort or flush; drop what it still holds, then close it.
-            if fatal:
-                client.purge()
-            client.close()
-
-        try:
-            self._calls.close(close, _CLOSE_WAIT_S)
-        except (KafkaException, SystemError) as exc:
-            cause = _kafka_exception(exc)
-            if not (fatal or (cause is not None and operation_error("close", cause).fatal)):
-                raise  # a fatal client reports its fatal error again on close
+        """Close the client (:func:`streams.kafka.producer_close.discard_client`)."""
+        discard_client(self._producer, self._calls, self._broken)
 
     def _begin(self) -> None:
         if self._in_transaction:
@@ -479,7 +394,7 @@ class TransactionalProducer:
         try:
             return step()
         except (KafkaException, SystemError) as exc:
-            cause = _kafka_exception(exc)
+            cause = kafka_exception(exc)
             if cause is None:
                 raise
             error = operation_error(action, cause)
@@ -524,13 +439,3 @@ class TransactionalProducer:
                         self._error = error
                     raise error from exc
                 time.sleep(0.1)
-
-
-def _close_quietly(client: Producer) -> None:
-    """Close an abandoned client: drop what it holds (its transaction is aborted by the new
-    client's registration), then release it. Being fenced by then, it reports so on close."""
-    try:
-        client.purge()
-        client.close()
-    except (KafkaException, SystemError) as exc:
-        log.info("closed the replaced producer, which reported: %s", _kafka_exception(exc) or exc)

@@ -19,7 +19,8 @@ from streams.kafka.errors import (
     KafkaOperationError,
     classify,
 )
-from streams.kafka.producer import TransactionalProducer, producer_config
+from streams.kafka.producer import TransactionalProducer
+from streams.kafka.producer_config import producer_config
 from streams.settings import KafkaSettings
 from tests.streams.processor_testkit import create_topics, read_committed
 

@@ -1,0 +1,44 @@
+"""The librdkafka configuration of the transactional producer (:mod:`streams.kafka.producer`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from streams.settings import KafkaSettings
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
+_PRODUCER_DEFAULTS = {"metadata.recovery.strategy": "none"}
+
+
+def producer_config(
+    settings: KafkaSettings,
+    transactional_id: str,
+    transaction_timeout_ms: int,
+    defaults: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """librdkafka config of a transactional producer.
+
+    ``defaults`` (a service's tuning, e.g. compression) apply first, then the operator's
+    extras, then the settings exactly-once needs.
+
+    No re-bootstrap (``metadata.recovery.strategy``, the operator may set it back): after
+    every connection dropped for a while, librdkafka's re-bootstrap decommissions the brokers
+    it knew, and its group coordinator requests keep waiting for a decommissioned one
+    (librdkafka #5511), so each ``send_offsets_to_transaction`` after a 15 s network cut got
+    stuck. This producer bootstraps afresh by being replaced when it cannot reach the broker.
+    """
+    base = {**_PRODUCER_DEFAULTS, **(defaults or {}), **settings.client_config()}
+    base.update(
+        {
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            # Java-compatible hashing, so Java and Go producers agree on partitions by key.
+            "partitioner": "murmur2_random",
+            # A SIGKILLed producer's open transaction blocks read_committed readers (and the
+            # next owner's offset fetch) until the broker aborts it after this long.
+            "transaction.timeout.ms": transaction_timeout_ms,
+        }
+    )
+    return base
