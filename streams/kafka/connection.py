@@ -24,8 +24,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from streams.kafka.errors import KafkaAccessError, denied_message
 from streams.settings import LIBRDKAFKA_LOGGER, KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -154,10 +156,40 @@ class BrokerConnectionLog(logging.Filter):
                     )
 
 
+LOGIN_CHECK_S = 10.0
+"""How long :func:`check_login` waits for the brokers' first answer before leaving it to the
+clients' own retries (a broker down at start is no reason to stop)."""
+_LOGIN_ASK_S = 0.5
+
+
+def check_login(kafka: KafkaSettings, timeout_s: float = LOGIN_CHECK_S) -> None:
+    """Raise :class:`KafkaAccessError` when the brokers refuse this process's login (a wrong
+    SASL password or mechanism, TLS trouble): librdkafka retries a refused login forever, so
+    without this a service logs the refusal every half second and later fails with a
+    transport error that names neither. Returns once a broker answers, or after
+    ``timeout_s`` without an answer or a refusal."""
+    refusals: list[KafkaError] = []
+    admin = AdminClient(kafka.client_config(error_cb=refusals.append))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=_LOGIN_ASK_S)
+        except KafkaException:
+            pass
+        else:
+            return
+        admin.poll(0)  # serves error_cb
+        for error in refusals:
+            message = denied_message("logging in to the brokers", error)
+            if message is not None:
+                raise KafkaAccessError(message)
+
+
 @contextmanager
 def broker_connection_log(kafka: KafkaSettings) -> Iterator[BrokerConnectionLog]:
     """Log broker connection losses and returns in one line each while the block runs (a
-    service's main)."""
+    service's main), once :func:`check_login` has found the login accepted."""
+    check_login(kafka)
     watch = BrokerConnectionLog(lambda address: broker_answers(kafka, address))
     LIBRDKAFKA_LOGGER.addFilter(watch)
     try:

@@ -117,7 +117,8 @@ class Services:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.http_port = free_port()
 
-    def start(self, service: str, user: str) -> None:
+    def start(self, service: str, user: str, password_: str | None = None) -> None:
+        login = sasl_client_config(user, password(user) if password_ is None else password_)
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
@@ -125,7 +126,7 @@ class Services:
             "KAFKRON_NAMESPACE": self.namespace,
             "KAFKRON_PARTITIONS": str(PARTITIONS),
             "KAFKRON_STATE_DIR": str(self.base / user),
-            "KAFKRON_LIBRDKAFKA": json.dumps(sasl_client_config(user, password(user))),
+            "KAFKRON_LIBRDKAFKA": json.dumps(login),
             "KAFKRON_TIMER_INSTANCE_ID": user,
             "KAFKRON_EXECUTOR_WORKER_ID": user,
             "KAFKRON_DAG_INSTANCE_ID": user,
@@ -332,3 +333,23 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
         f"under ACLs: a one-off and a DAG run SUCCEEDED {fired_s:.1f} s after the start; "
         f"the whole test {time.monotonic() - started:.1f} s"
     )
+
+
+def test_a_failed_sasl_login_stops_the_service_with_what_to_check(
+    secured_broker: SecuredBroker, admin_kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """A user whose password is wrong is refused at login; librdkafka would retry forever,
+    the service stops at once and names the settings to check, not an ACL."""
+    add_user(AdminClient(admin_kafka.client_config()), "timer")
+    services = Services(secured_broker, admin_kafka.namespace, tmp_path)
+    try:
+        services.start("timer", "timer", password_="not-the-password")
+        code = services.wait_exit("timer", 45)
+        log = services.log("timer")
+        assert code is not None and code != 0, f"the timer kept running\n{log[-3000:]}"
+        assert "SASL authentication failed" in log or "Authentication with the broker" in log, log[
+            -3000:
+        ]
+        assert "KAFKRON_LIBRDKAFKA" in log and "kafkron acls" not in log, log[-3000:]
+    finally:
+        services.stop_all()

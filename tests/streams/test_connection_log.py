@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from streams.kafka.connection import BrokerConnectionLog
+from infra.broker import free_port
+from streams.kafka.connection import BrokerConnectionLog, check_login
+from streams.settings import KafkaSettings
 
 CONNECTION = "streams.kafka.connection"
 
@@ -132,3 +134,12 @@ def test_other_lines_pass_and_brokers_are_told_apart(
     asked = len(broker.asked)
     time.sleep(0.1)
     assert len(broker.asked) == asked
+
+
+def test_the_login_check_leaves_a_broker_that_does_not_answer_to_the_clients() -> None:
+    """No broker at start is no refusal of the login: check_login gives up quietly after its
+    timeout (a refused login is the SASL test's, tests/services/test_kafka_acls.py)."""
+    nobody = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    check_login(nobody, timeout_s=1.5)
+    assert 1.4 <= time.monotonic() - started < 10
