@@ -76,8 +76,10 @@ ADMIN = Caller(None)
 """Every caller when no tokens are configured."""
 
 
-def caller_of(request: Request) -> Caller:
-    """The request's caller (a FastAPI dependency): every route that is not public takes it."""
+async def caller_of(request: Request) -> Caller:
+    """The request's caller (a FastAPI dependency): every route that is not public takes it.
+    A coroutine, so that resolving it costs no hop to the threadpool (an ``async`` route
+    such as ``GET /api/jobs`` then runs without one)."""
     caller = request.scope.get(CALLER_KEY)
     if not isinstance(caller, Caller):  # no BearerAuth in front: refuse rather than open up
         raise RuntimeError("the API has no BearerAuth middleware in front of its routes")
