@@ -5,7 +5,9 @@ the record dict and fastavro encoding. Bulk loads create many jobs that differ o
 ``job_id``, ``run_at`` and ``payload``. So requests are grouped by everything else (their
 *shape*): each shape is validated once by the real models (:class:`JobCreate` and
 :func:`check_limits`) and its constant fields are Avro-encoded once. Per job, only the
-varying fields are checked and encoded.
+varying fields are checked and encoded. Both encoders are generated from the Job schema
+(:func:`~streams.avro_writer.generate_spliced_writer`): the runs of constant fields, and the
+template splicing a job's fields between them (a keyed create's key and hash among those).
 
 The fast path accepts or defers, it never rejects: whenever a request is not plainly valid
 it returns None and the caller validates it with pydantic, which names the bad field. The
@@ -31,16 +33,6 @@ from typing import Any
 
 import orjson
 
-from services.ingest.avro_binary import (
-    KNOWN_ORDER,
-    LENGTH_PREFIXES,
-    LONG_BRANCH,
-    NULL_BRANCH,
-    SHORT_LENGTHS,
-    JobLayout,
-    encode_per_job_field,
-    long_reusing,
-)
 from services.ingest.commands import job_id_for_key, request_hash, submit_record
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
@@ -53,8 +45,9 @@ from services.ingest.validation import (
     parse_job_create,
     to_epoch_ms,
 )
-from streams.avro_binary import avro_bytes, avro_long
-from streams.codec import Codec, RecordKind
+from streams.avro_writer import SplicedWriter, generate_spliced_writer
+from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from streams.exceptions import ConfigurationError, UnsupportedSchemaError
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +73,15 @@ _CANONICAL_CHUNKS = (
     if _C_MAKE_ENCODER is None
     else _C_MAKE_ENCODER(None, None, encode_basestring, None, ":", ",", True, False, True)
 )
-# A keyed create sets these two fields: [null, string] unions, the last ones before
-# created_at_ms, so their two null branches end the run of constants before it.
-_KEYED_TAIL = b"\x00\x00"
-_KEY_BRANCH = b"\x02"
+# The Job fields that differ per job of a shape, and where the encoders read them from (the
+# rest is encoded once per shape: streams.avro_writer.generate_spliced_writer).
+_PER_JOB = ("job_id", "version", "payload", "run_at_ms", "created_at_ms", "updated_at_ms")
+_PARAMS = ("job_id", "version", "payload", "run_at", "now_ms")
+_SOURCES = {"run_at_ms": "run_at", "created_at_ms": "now_ms", "updated_at_ms": "now_ms"}
+# A keyed create also sets its idempotency key and request hash.
+_PER_KEYED_JOB = (*_PER_JOB, "idempotency_key", "request_hash")
+_KEYED_PARAMS = (*_PARAMS, "key", "hash_of_request")
+_KEYED_SOURCES = {**_SOURCES, "idempotency_key": "key", "request_hash": "hash_of_request"}
 _NEW_SHAPE: Any = object()  # what the shape cache answers for a shape not seen yet
 
 
@@ -107,12 +105,12 @@ def _json_text(value: Any) -> str:
 @dataclass(frozen=True, slots=True)
 class _KeyedShape:
     """What a keyed create of one shape adds: the job id's tenant, the constant part of the
-    canonical request (as ``commands.canonical_request`` dumps it) and the constant run
-    before ``created_at_ms`` without its two trailing null branches."""
+    canonical request (as ``commands.canonical_request`` dumps it) and the encoded runs of
+    the Job's constant fields around the key's."""
 
     tenant: str
     canonical_base: dict[str, Any]
-    run_before_key: bytes
+    runs: tuple[bytes, ...]
     verified: list[bool]  # [False] until the first keyed job matched the slow path
 
 
@@ -120,30 +118,12 @@ class _KeyedShape:
 class _Shape:
     """What is constant for all requests of one shape, validated once."""
 
-    consts: list[bytes]
-    names: list[str]
+    runs: tuple[bytes, ...]  # the encoded runs of the Job's constant fields
     has_run_at: bool
     depends_on: frozenset[str]
     cron_end_ms: int | None
     verified: list[bool]  # [False] until the first job matched the Codec byte for byte
     keyed: _KeyedShape | None = None
-
-    def encode(
-        self, job_id: str, version: int, payload: bytes, run_at: int | None, now_ms: int
-    ) -> bytes:
-        """The Job record's bytes for any field order (the builder unrolls the usual one)."""
-        values = {
-            "job_id": job_id,
-            "version": version,
-            "payload": payload,
-            "run_at_ms": run_at,
-            "created_at_ms": now_ms,
-            "updated_at_ms": now_ms,
-        }
-        parts = [self.consts[0]]
-        for name, const in zip(self.names, self.consts[1:], strict=True):
-            parts += (encode_per_job_field(name, values[name]), const)
-        return b"".join(parts)
 
 
 def _freeze(value: Any, levels: int = MAX_PAYLOAD_DEPTH) -> Any:
@@ -216,19 +196,21 @@ class BulkJobBuilder:
     def __init__(self, settings: IngestSettings, codec: Codec) -> None:
         self._settings = settings
         self._codec = codec
-        self._layout = JobLayout(codec)
+        self._plain = _job_writer(codec, _PER_JOB, _PARAMS, _SOURCES)
+        self._keyed = _job_writer(codec, _PER_KEYED_JOB, _KEYED_PARAMS, _KEYED_SOURCES)
+        # Only called while the fast path is on, i.e. with a plain encoder.
+        self._plain_encode = self._plain.encode if self._plain is not None else _no_encoder
         self._shapes: dict[Any, _Shape | None] = {}
         self._grace_ms = int(settings.run_at_grace_s * 1000)
         self._max_payload = settings.max_payload_bytes
-        self._last_stamp = (-1, b"")
-        self._last_version: list[tuple[int, bytes]] = [(0, b"")]
-        self._last_run_at: list[tuple[int, bytes]] = [(0, b"")]
-        if not self._layout.usable:
-            log.warning("the Job schema changed its per-job fields; bulk loads use the slow path")
+        if self._plain is None:
+            log.warning(
+                "no Job encoder for the schema's per-job fields; bulk loads use the slow path"
+            )
 
     def build(self, request: Any, job_id: str, now_us: int) -> tuple[str, bytes]:
         """``request`` validated and encoded at version ``now_us``; raises JobRequestError."""
-        if self._layout.usable and type(request) is dict:
+        if self._plain is not None and type(request) is dict:
             fast = self._fast(request, job_id, now_us, None)
             if fast is not None:
                 return fast[0], fast[1]
@@ -244,7 +226,7 @@ class BulkJobBuilder:
         ids: list[str] = []
         records: list[tuple[bytes, bytes]] = []
         errors: list[dict[str, Any]] = []
-        fast = self._fast if self._layout.usable else None
+        fast = self._fast if self._plain is not None else None
         fresh_ids = fast_job_ids(len(requests))
         for index, (request, fresh_id) in enumerate(zip(requests, fresh_ids, strict=True)):
             version = now_us + index
@@ -272,7 +254,7 @@ class BulkJobBuilder:
         hash), equal to what ``creates.plan_create`` and ``encode_create`` give; None when
         the request needs the pydantic path (which also names any bad field)."""
         if (
-            not self._layout.keyed_usable
+            self._keyed is None
             or type(request) is not dict
             or "job_id" in request
             or "payload_b64" in request
@@ -368,37 +350,18 @@ class BulkJobBuilder:
         size = len(payload)
         if size > self._max_payload:
             return None
-        hash_of_request = None
-        if shape.names is KNOWN_ORDER:
-            c = shape.consts
-            stamp_ms, stamp = self._last_stamp  # avro_long(now_ms): a batch shares its ms
-            if stamp_ms != now_ms:
-                stamp = avro_long(now_ms)
-                self._last_stamp = (now_ms, stamp)
-            id_bytes = job_id.encode()  # validated ASCII, at most 128 bytes
-            if run_at is None:
-                branch, when = NULL_BRANCH, b""
-            else:
-                branch, when = LONG_BRANCH, long_reusing(run_at, self._last_run_at)
-            before_created = c[4]
-            if key is not None and keyed is not None:
-                hash_of_request = self._request_hash(keyed, request, run_at)
-                if hash_of_request is None:
-                    return None
-                before_created = b"".join((
-                    keyed.run_before_key, _KEY_BRANCH, avro_bytes(key.encode()),
-                    _KEY_BRANCH, avro_bytes(hash_of_request.encode()),
-                ))  # fmt: skip
-            encoded = b"".join((
-                c[0], LENGTH_PREFIXES[len(id_bytes)], id_bytes,
-                c[1], long_reusing(now_us, self._last_version),
-                c[2], LENGTH_PREFIXES[size] if size < SHORT_LENGTHS else avro_long(size),
-                payload, c[3], branch, when, before_created, stamp, c[5], stamp, c[6],
-            ))  # fmt: skip
-        elif key is not None:
-            return None
+        if key is None:
+            hash_of_request = None
+            encoded = self._plain_encode(shape.runs, job_id, now_us, payload, run_at, now_ms)
         else:
-            encoded = shape.encode(job_id, now_us, payload, run_at, now_ms)
+            if keyed is None or self._keyed is None:
+                return None
+            hash_of_request = self._request_hash(keyed, request, run_at)
+            if hash_of_request is None:
+                return None
+            encoded = self._keyed.encode(
+                keyed.runs, job_id, now_us, payload, run_at, now_ms, key, hash_of_request
+            )
         if key is not None and keyed is not None:
             if not keyed.verified[0]:
                 slow = self._slow_keyed(request, key, now_us)
@@ -472,17 +435,14 @@ class BulkJobBuilder:
             template = submit_record(
                 create, job_id="shape", now_us=now_us, retry_defaults=self._settings.default_retry
             )
-            consts, names = self._layout.slots(template)
-            keyed = None
-            if names == KNOWN_ORDER:
-                names = KNOWN_ORDER  # identity marks the unrolled encoding
-                keyed = self._keyed_shape(create, consts[4], has_run_at)
-        except (JobRequestError, ValueError, KeyError, TypeError):
+            assert self._plain is not None  # the fast path is off without it
+            runs = self._plain.encode_runs(template)
+            keyed = self._keyed_shape(create, template, has_run_at)
+        except (JobRequestError, ValueError, KeyError, TypeError, AttributeError):
             shape = None
         else:
             shape = _Shape(
-                consts,
-                names,
+                runs,
                 has_run_at,
                 frozenset(create.depends_on or ()),
                 create.cron.end if create.cron else None,
@@ -494,12 +454,36 @@ class BulkJobBuilder:
         return shape
 
     def _keyed_shape(
-        self, create: JobCreate, run_before_created: bytes, has_run_at: bool
+        self, create: JobCreate, template: dict[str, Any], has_run_at: bool
     ) -> _KeyedShape | None:
-        """The keyed part of a shape, or None when the schema does not allow the splice."""
-        if not self._layout.keyed_usable or not run_before_created.endswith(_KEYED_TAIL):
+        """The keyed part of a shape, or None when the schema has no encoder for keyed jobs."""
+        if self._keyed is None:
             return None
         base = create.model_dump(mode="json", exclude_unset=True)
         if has_run_at:
             del base["run_at"]  # the probe's stand-in; each job puts its own
-        return _KeyedShape(create.tenant, base, run_before_created[: -len(_KEYED_TAIL)], [False])
+        return _KeyedShape(create.tenant, base, self._keyed.encode_runs(template), [False])
+
+
+def _no_encoder(*args: Any) -> bytes:
+    raise AssertionError("the bulk path is off without a Job encoder")
+
+
+def _job_writer(
+    codec: Codec, per_job: tuple[str, ...], params: tuple[str, ...], sources: dict[str, str]
+) -> SplicedWriter | None:
+    """The Job encoder of a shape's runs and ``per_job`` fields spliced, generated from the
+    codec's writer schema; None (the fast path steps aside) when it cannot be generated."""
+    kind = RecordKind.JOB
+    try:
+        return generate_spliced_writer(
+            codec.writer_schema(kind),
+            per_job,
+            prefix=SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(kind),
+            params=params,
+            sources=sources,
+            sequential=("version", "run_at_ms"),  # differ per job: no memo
+        )
+    except (UnsupportedSchemaError, ConfigurationError) as exc:
+        log.warning("no generated Job encoder for %s: %s", per_job, exc)
+        return None

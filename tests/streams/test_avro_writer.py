@@ -19,10 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.avro_binary import avro_long
 from streams.avro_reader import generate_reader
-from streams.avro_writer import generate_writer
-from streams.codec import Codec, RecordKind
-from streams.exceptions import UnsupportedSchemaError
+from streams.avro_writer import _sequential_writer, generate_spliced_writer, generate_writer
+from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from streams.exceptions import ConfigurationError, UnsupportedSchemaError
 from tests.streams.avro_testkit import (
     ANY_LONGS,
     READABLE_LONGS,
@@ -32,8 +33,11 @@ from tests.streams.avro_testkit import (
     records_of,
 )
 
-TIMER_STATE = Codec.from_directory().writer_schema(RecordKind.TIMER_STATE)
+CODEC = Codec.from_directory()
+TIMER_STATE = CODEC.writer_schema(RecordKind.TIMER_STATE)
 SCHEMAS = {"timer_state": TIMER_STATE, "writable": WRITABLE}
+JOB = CODEC.writer_schema(RecordKind.JOB)  # a map, unions of null and records, doubles
+WRITTEN = {**SCHEMAS, "job": JOB}  # written and compared by their bytes (NaN != NaN read)
 
 
 def _namespace(schema: Mapping[str, Any]) -> Any:
@@ -102,7 +106,6 @@ def test_a_run_of_fields_reads_and_writes_its_part_of_the_bytes(
 @pytest.mark.parametrize(
     "avro_type",
     [
-        {"type": "map", "values": "long"},
         ["long", "string"],
         {"type": "long", "logicalType": "timestamp-millis"},
         {"type": "array", "items": "R"},  # a record that contains itself
@@ -176,3 +179,84 @@ def test_a_template_writes_what_fastavro_writes_for_its_values(
         ids = b"\x06j@1\x02j"
         expected = b"<" + fastavro_bytes(DUE_EVENT, record)
         assert template.encode(job, ids, 3, trigger) == expected
+
+
+@pytest.mark.parametrize("name", sorted(WRITTEN))
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_spliced_writer_writes_what_fastavro_writes(name: str, data: st.DataObject) -> None:
+    """Any fields varying, the others encoded once as runs: records that share the runs and
+    differ in the varying fields (any values) encode as fastavro encodes each."""
+    schema = WRITTEN[name]
+    names = [f["name"] for f in schema["fields"]]
+    varying = data.draw(st.lists(st.sampled_from(names), unique=True))
+    writer = generate_spliced_writer(schema, varying, prefix=b"<")
+    shared = data.draw(records_of(schema))
+    runs = writer.encode_runs(shared)
+    assert [first for first, _ in writer.runs] == [
+        n for i, n in enumerate(names) if n not in varying and (i == 0 or names[i - 1] in varying)
+    ]
+    for _ in range(3):
+        record = {
+            **shared,
+            **{n: v for n, v in data.draw(records_of(schema)).items() if n in varying},
+        }
+        args = [record[n] for n in varying]
+        assert writer.encode(runs, *args) == b"<" + fastavro_bytes(schema, record)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_job_spliced_from_its_shape_is_what_the_codec_encodes(data: st.DataObject) -> None:
+    """The bulk path's template: the per-job fields from arguments (both stamps from one),
+    the rest of the Job from runs, equal to ``Codec.encode`` with its single-object header."""
+    writer = generate_spliced_writer(
+        JOB,
+        ["job_id", "version", "payload", "run_at_ms", "created_at_ms", "updated_at_ms"],
+        prefix=SINGLE_OBJECT_MAGIC + CODEC.writer_fingerprint(RecordKind.JOB),
+        params=("job_id", "version", "payload", "run_at", "now_ms"),
+        sources={"run_at_ms": "run_at", "created_at_ms": "now_ms", "updated_at_ms": "now_ms"},
+        sequential=("version", "run_at_ms"),
+    )
+    shared = data.draw(records_of(JOB))
+    runs = writer.encode_runs(shared)
+    first = data.draw(records_of(JOB))
+    run_at = first["run_at_ms"]
+    following = [  # the next jobs of a load: versions and run times one apart, or any
+        {**first, "version": first["version"] + i, "run_at_ms": run_at and run_at + i}
+        if data.draw(st.booleans()) and max(first["version"], run_at or 0) < 2**63 - 10
+        else data.draw(records_of(JOB))
+        for i in range(1, 4)
+    ]
+    for job in [first, *following]:
+        record = {**shared, **{n: job[n] for n in ("job_id", "version", "payload", "run_at_ms")}}
+        record["updated_at_ms"] = record["created_at_ms"] = job["created_at_ms"]
+        args = (job["job_id"], job["version"], job["payload"], job["run_at_ms"])
+        encoded = writer.encode(runs, *args, job["created_at_ms"])
+        assert encoded == CODEC.encode(RecordKind.JOB, record)
+
+
+def test_a_spliced_writer_refuses_fields_the_schema_lacks() -> None:
+    with pytest.raises(ConfigurationError):
+        generate_spliced_writer(JOB, ["job_id", "no_such_field"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(record=records_of(JOB))
+def test_a_job_with_its_labels_map_is_written_as_fastavro_writes_it(record: dict[str, Any]) -> None:
+    assert generate_writer(JOB, attribute=False).encode(record) == fastavro_bytes(JOB, record)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**62) | st.integers(-(2**63), 2**63 - 1), max_size=30))
+def test_a_sequential_long_is_avro_long_in_any_sequence(values: list[int]) -> None:
+    write = _sequential_writer(b"\x02")
+    for value in values:
+        assert write(value) == b"\x02" + avro_long(value)
+
+
+def test_a_sequential_long_is_avro_long_across_consecutive_values() -> None:
+    write = _sequential_writer(b"")
+    for start in (-300, 0, 60, 8_000, 1_780_000_000_000, 1_780_000_000_000_000, 2**63 - 400):
+        for value in range(start, start + 400):
+            assert write(value) == avro_long(value), value

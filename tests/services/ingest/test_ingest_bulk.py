@@ -16,8 +16,7 @@ from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.ingest.avro_binary import long_reusing
-from services.ingest.bulk import BulkJobBuilder, _Shape, fast_job_ids
+from services.ingest.bulk import BulkJobBuilder, fast_job_ids
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
 from streams.avro_binary import avro_long
@@ -130,17 +129,6 @@ def test_plain_bulk_requests_take_the_fast_path(
             assert fast is not None, request
             assert fast[1] == builder._slow(request, f"gen-{i}", NOW_US + i)[1]
     assert "differs" not in caplog.text
-
-
-def test_generic_field_order_encoding_matches(tmp_path: Path) -> None:
-    kafka = KafkaSettings(bootstrap_servers="unused:1", state_dir=tmp_path)
-    builder = BulkJobBuilder(IngestSettings(kafka=kafka), CODEC)
-    request = {"handler": "a.b", "run_at": NOW_MS + 5, "payload": {"k": "v"}}
-    builder._fast(dict(request), "j", NOW_US)
-    shape = next(s for s in builder._shapes.values() if s is not None)
-    generic = _Shape(shape.consts, list(shape.names), True, frozenset(), None, [True])
-    encoded = generic.encode("j", NOW_US, b'{"k":"v"}', NOW_MS + 5, NOW_MS)
-    assert encoded == builder._slow(request, "j", NOW_US)[1]
 
 
 @given(st.integers(-(2**63), 2**63 - 1))
@@ -284,17 +272,3 @@ plain_json_values = st.recursive(
 @given(plain_json_values.filter(lambda value: value is not None))  # None: no payload
 def test_float_free_payloads_equal_json_dumps(payload: Any) -> None:
     assert BulkJobBuilder._payload({"payload": payload}) == json_dumps_payload(payload)
-
-
-@given(st.lists(st.integers(0, 2**62) | st.integers(NOW_US - 300, NOW_US + 300), max_size=30))
-def test_long_reusing_equals_avro_long_in_any_sequence(values: list[int]) -> None:
-    box: list[tuple[int, bytes]] = [(0, b"")]
-    for value in values:
-        assert long_reusing(value, box) == avro_long(value)
-
-
-def test_long_reusing_equals_avro_long_across_consecutive_values() -> None:
-    box: list[tuple[int, bytes]] = [(0, b"")]
-    for start in (0, 60, 8_000, NOW_MS, NOW_US, 2**56 - 200):
-        for value in range(start, start + 400):
-            assert long_reusing(value, box) == avro_long(value), value
