@@ -10,6 +10,10 @@ produce: no state read or write (``state.py``) and no delete (``wheel.py``: the 
 advances the fired-through watermark once per batch instead). Every other entry goes
 through the job's state.
 
+While a tenant limit is configured (``limits.py``), every due scheduled entry goes the slow
+way (its fire needs the job's tenant and a slot: ``throttle.py``); with none, the drain
+checks that once.
+
 Fast fires are counted for the metrics once per drain, not per fire: the ones before the
 first slow entry are a prefix of the scan, in fire-time order (``fire_stats.py``).
 """
@@ -24,11 +28,14 @@ from services.timer.retention import fire_retention, write_retention
 from services.timer.retries import fire_retry
 from services.timer.scope import Scope
 from services.timer.state import FAST_MARKER, FAST_VALUE_HEADER, load_state, save_state
+from services.timer.throttle import fire_held
 from services.timer.wheel import collect_fired, save_watermark, watermark
 
 _SCHEDULE = keys.SCHEDULE
 _RANKED = keys.RANKED
 _RANKED_ID_AT = keys.RANKED_ID_AT
+_NO_FAST = b"\xff" * 9
+"""Above every wheel key: no entry fires fast (a tenant limit reads each one's tenant)."""
 
 
 def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
@@ -53,6 +60,9 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     # A fast entry keyed at or after this fires on time (within the misfire grace): keys
     # start with the big-endian fire time, so one bytes comparison decides it.
     on_time_from = keys.pack_ms(now_ms - scope.env.misfire_grace_ms)
+    limited = scope.env.tenant_limits.active  # the one check per drain when none is set
+    if limited:
+        on_time_from = _NO_FAST
     due_topics = scope.env.due_topics
     tail = scope.env.due_bytes.tail(now_ms)
     out: list[tuple[str, bytes | None, bytes | None]] = []
@@ -97,6 +107,8 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     if last_key:
         scope.fired_through = last_key + b"\x00"
         save_watermark(scope)
+    if limited:
+        scope.env.tenant_limits.flush(scope.jobs, scope.partition)
     return fast + scope.emitted
 
 
@@ -108,6 +120,9 @@ def fire_entry(scope: Scope, key: bytes, value: bytes) -> None:
         return
     if parsed.kind == keys.TOMBSTONE:
         fire_retention(scope, key, value)  # lists many jobs: none of them is the key's own
+        return
+    if parsed.kind == keys.HELD:
+        fire_held(scope, key, value)  # a DueEvent that waited for its tenant's limit
         return
     if parsed.kind == keys.BACKFILL:
         fire_backfill(scope, key, value)  # reads the job's state, never writes it

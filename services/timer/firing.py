@@ -31,6 +31,7 @@ from services.timer.state import (
     mark_running,
     set_schedule_entry,
 )
+from services.timer.throttle import emit_limited
 from streams.schedule import CronSpec, next_fire_after, parse_cron
 
 SKIPPED_PAUSED = "paused"
@@ -184,12 +185,18 @@ def settle_fire(
 def emit_fire(
     scope: Scope, state: TimerState, job: dict[str, Any], tick_ms: int, trigger: str
 ) -> None:
-    """Emit the DueEvent of ``tick_ms`` and remember the execution as in flight."""
+    """Emit the DueEvent of ``tick_ms`` and remember the execution as in flight.
+
+    Under a tenant limit the DueEvent waits for the tenant's next slot (``throttle.py``).
+    """
     if trigger == SCHEDULE:
         fire_ms = fire_at_ms(job, tick_ms)
     else:  # a manual fire's tick is its fire time; a DAG run fires when released
         fire_ms = scope.now_ms if trigger == DAG else tick_ms
-    scope.emit_due(job, tick_ms, fire_ms, trigger)
+    if scope.env.tenant_limits.active:
+        emit_limited(scope, job, tick_ms, fire_ms, trigger)
+    else:
+        scope.emit_due(job, tick_ms, fire_ms, trigger)
     mark_running(scope, state, tick_ms)
 
 

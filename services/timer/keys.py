@@ -12,6 +12,8 @@ Layout, parsed from both ends (a job id may hold any byte):
 * ``RETRY``     ``fire_ms | job_id | tick_ms | b"R"``: the next attempt of execution ``tick_ms``.
 * ``BACKFILL``  ``fire_ms | job_id | tick_ms | b"B"``: the next slice of a backfill, from
   ``tick_ms`` (its value: ``backfill.py``).
+* ``HELD``      ``fire_ms | job_id | tick_ms | b"H"``: the DueEvent of execution ``tick_ms``,
+  settled and waiting for its slot under the tenant's executions/s limit (``throttle.py``).
 * ``TOMBSTONE`` ``fire_ms | job_id | b"T"``: delete finished one-offs from ``jobs``: the
   key's job, or every job its value lists (``retention.py``).
 
@@ -30,9 +32,10 @@ MANUAL = ord("M")
 RETRY = ord("R")
 TOMBSTONE = ord("T")
 BACKFILL = ord("B")
+HELD = ord("H")
 
-_WITH_TICK = frozenset({MANUAL, RETRY, BACKFILL})
-_KINDS = frozenset({SCHEDULE, RANKED, MANUAL, RETRY, TOMBSTONE, BACKFILL})
+_WITH_TICK = frozenset({MANUAL, RETRY, BACKFILL, HELD})
+_KINDS = frozenset({SCHEDULE, RANKED, MANUAL, RETRY, TOMBSTONE, BACKFILL, HELD})
 _TIME_LEN = 8
 _RANK_LEN = 4
 RANKED_ID_AT = _TIME_LEN + _RANK_LEN
@@ -78,6 +81,11 @@ def retry_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
     return pack_ms(fire_ms) + job_id + pack_ms(tick_ms) + b"R"
 
 
+def held_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
+    """Key of the held DueEvent of execution ``tick_ms``, emitted at ``fire_ms`` (its slot)."""
+    return pack_ms(fire_ms) + job_id + pack_ms(tick_ms) + b"H"
+
+
 def backfill_key(fire_ms: int, job_id: bytes, tick_ms: int) -> bytes:
     """Key of the next slice of a backfill, from ``tick_ms``, firing at ``fire_ms``."""
     return pack_ms(fire_ms) + job_id + pack_ms(tick_ms) + b"B"
@@ -90,7 +98,7 @@ def tombstone_key(fire_ms: int, job_id: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class WheelKey:
-    """A parsed wheel key; ``tick_ms`` is set for manual, retry and backfill entries only,
+    """A parsed wheel key; ``tick_ms`` is set for manual, retry, held and backfill entries only,
     ``rank`` is set for ranked SCHEDULE entries only (their ``kind`` is SCHEDULE)."""
 
     fire_ms: int

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from prometheus_client.core import Metric
 
 from services.timer.fire_stats import FireStats
+from services.timer.limits import TenantLimits
 from streams.metrics import (
     counter_family,
     dead_letter_family,
@@ -30,10 +31,17 @@ MS = 0.001
 class TimerCollector:
     """The metric families of one timer process."""
 
-    def __init__(self, fires: FireStats, dead_letters: Counter[str], runtime: RuntimeStats) -> None:
+    def __init__(
+        self,
+        fires: FireStats,
+        dead_letters: Counter[str],
+        runtime: RuntimeStats,
+        limits: TenantLimits | None = None,
+    ) -> None:
         self._fires = fires
         self._dead_letters = dead_letters  # by source topic
         self._runtime = runtime
+        self._limits = limits
 
     def collect(self) -> Iterator[Metric]:
         fires = self._fires
@@ -67,7 +75,34 @@ class TimerCollector:
             ["partition"],
             {(str(p),): ms * MS for p, ms in dict(fires.backlog_ms).items()},
         )
+        yield from self._limit_families()
         dead = dict(self._dead_letters)
         yield decode_failure_family(dead)
         yield dead_letter_family({"undecodable": sum(dead.values())})
         yield from runtime_families(self._runtime)
+
+    def _limit_families(self) -> Iterator[Metric]:
+        """Per tenant: fires its executions/s limit delayed, by how much, and entries held."""
+        limits = self._limits
+        if limits is None:
+            return
+        yield counter_family(
+            "kafkron_timer_tenant_throttled_total",
+            "Scheduled fires the tenant's executions/s limit gave a later slot than their "
+            "due time, by tenant.",
+            ["tenant"],
+            {(tenant,): n for tenant, n in dict(limits.throttled).items()},
+        )
+        yield counter_family(
+            "kafkron_timer_tenant_throttle_delay_seconds_total",
+            "The sum of those delays (slot minus due time), by tenant.",
+            ["tenant"],
+            {(tenant,): ms * MS for tenant, ms in dict(limits.delay_ms).items()},
+        )
+        yield counter_family(
+            "kafkron_timer_tenant_held_total",
+            "Scheduled entries the limit moved to a later wheel key (past the fire-ahead "
+            "window) to wait there durably, by tenant.",
+            ["tenant"],
+            {(tenant,): n for tenant, n in dict(limits.held).items()},
+        )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from services.timer.due_bytes import DueEventBytes, due_event_record
 from services.timer.fairness import TenantRanks
 from services.timer.fire_stats import FireStats
+from services.timer.limits import TenantLimits
 from services.timer.settings import TimerSettings
 from services.timer.stored_state import StoredStates
 from streams.codec import Codec, RecordKind
@@ -91,6 +92,8 @@ class TimerEnv:
     fire_stats: FireStats = field(default_factory=FireStats)
     # The tenant rank of each new scheduled entry's wheel key (``fairness.py``).
     tenant_ranks: TenantRanks = field(default_factory=TenantRanks)
+    # Per-tenant executions/s limits and their clocks (``limits.py``); inactive when empty.
+    tenant_limits: TenantLimits = field(default_factory=lambda: TenantLimits({}, 1))
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""
@@ -137,6 +140,14 @@ class TimerEnv:
             result_reader=ResultReader(codec),
             releases_topic=names.dag_releases,
             tenant_ranks=TenantRanks(settings.tenant_weights, enabled=settings.fair_tenants),
+            tenant_limits=TenantLimits(
+                {
+                    tenant: limit.executions_per_s
+                    for tenant, limit in settings.tenant_limits.items()
+                    if limit.executions_per_s is not None
+                },
+                settings.kafka.partitions,
+            ),
         )
 
 

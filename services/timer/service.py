@@ -84,6 +84,8 @@ class TimerHooks:
                 # at the commit interval (a wait of up to a second per DAG level).
                 ctx.request_commit(0)
         finish_inputs(scope)
+        if self.env.tenant_limits.active:  # a queued or released fire took a slot
+            self.env.tenant_limits.flush(scope.jobs, partition)
 
     def on_punctuate(self, ctx: ProcessorContext, partition: int, now_ms: int) -> None:
         """Fire the partition's due entries, oldest first, at most one batch; ask for a commit.
@@ -111,6 +113,7 @@ class TimerHooks:
         self.pacer.forget(partition)
         self.env.fire_stats.backlog_ms.pop(partition, None)
         self.env.tenant_ranks.forget(partition)
+        self.env.tenant_limits.forget(partition)
 
     def _note_backlog(self, scope: Scope, partition: int, now_ms: int) -> None:
         """After a drain: how long the oldest due entry it left unfired has been due."""
@@ -175,7 +178,7 @@ def run(settings: TimerSettings, stop_event: threading.Event) -> None:
     """
     env = TimerEnv.from_settings(settings)
     processor = build_processor(settings, env)
-    collector = TimerCollector(env.fire_stats, env.dead_letters, processor.stats)
+    collector = TimerCollector(env.fire_stats, env.dead_letters, processor.stats, env.tenant_limits)
     with serve_metrics([collector], settings.metrics_host, settings.metrics_port):
         processor.run(stop_event)
 

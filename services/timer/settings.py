@@ -6,7 +6,7 @@ import os
 import socket
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streams.settings import KafkaSettings
@@ -15,6 +15,15 @@ from streams.settings import KafkaSettings
 def default_instance_id(pid: int | None = None) -> str:
     """The instance id of the timer process ``pid`` (this one by default) when none is set."""
     return f"timer-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
+
+
+class TenantLimit(BaseModel):
+    """One tenant's limit (``KAFKRON_TIMER_TENANT_LIMITS``); an unknown field is refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Fires per second across the whole timer group (``limits.py``); None: no limit.
+    executions_per_s: float | None = Field(default=None, gt=0)
 
 
 class TimerSettings(BaseSettings):
@@ -95,6 +104,12 @@ class TimerSettings(BaseSettings):
     # KAFKRON_TIMER_TENANT_WEIGHTS='{"interactive": 4}'. Only the timer's order within an
     # instant reads it; weights below 1 are refused.
     tenant_weights: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    # Per-tenant limits as JSON, "*" for every tenant not named, e.g.
+    # KAFKRON_TIMER_TENANT_LIMITS='{"*": {"executions_per_s": 500}, "batch":
+    # {"executions_per_s": 50}}'. Each limit is split evenly over the ``kafka.partitions``
+    # partitions of ``jobs`` and kept per partition by the drain (``limits.py``), so it
+    # holds for the whole group. Empty: no limit, and the fire path is unchanged.
+    tenant_limits: dict[str, TenantLimit] = Field(default_factory=dict)
 
     def group_id(self) -> str:
         """The consumer group of every timer process of this namespace."""

@@ -1,0 +1,248 @@
+"""Per-tenant executions/s limits: the reservation clock, its settings, and the timer keeping it.
+
+The clock (``services/timer/limits.py``) splits a tenant's limit over the partitions of
+``jobs``; a fire (``throttle.py``) is emitted for its slot or held, durably, in a wheel entry
+there. Every test checks that each tick still gets exactly one outcome.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from services.timer import keys
+from services.timer.limits import CLOCK_PREFIX, TenantLimits
+from services.timer.metrics import TimerCollector
+from services.timer.settings import TimerSettings
+from streams.identity import execution_id
+from streams.runtime_stats import RuntimeStats
+from tests.services.timer.test_timer_logic import (
+    T0,
+    T_MIN,
+    FakeStore,
+    Timer,
+    bump,
+    cron_job,
+    one_off,
+)
+
+PARTITIONS = 12  # KafkaSettings' default: the Timer fake's
+LIMITED = {"a": {"executions_per_s": 120}}  # 10/s per partition: a slot every 100 ms
+
+
+def test_slots_are_spaced_by_the_partition_share_and_unlimited_tenants_pass() -> None:
+    limits = TenantLimits({"a": 120, "*": 1200}, PARTITIONS)
+    store = FakeStore()
+    slots = [limits.reserve(store, 0, "a", T0) for _ in range(5)]
+    assert slots == [T0, T0 + 100, T0 + 200, T0 + 300, T0 + 400]
+    # Other tenants share "*" per tenant, and per partition each has its own clock.
+    assert [limits.reserve(store, 0, "x", T0) for _ in range(3)] == [T0, T0 + 10, T0 + 20]
+    assert limits.reserve(store, 1, "a", T0) == T0
+    assert limits.throttled["a"] == 4 and limits.delay_ms["a"] == 100 + 200 + 300 + 400
+    # Idle time is not banked: an arrival after the next slot gets its own time.
+    assert limits.reserve(store, 0, "a", T0 + 5_000) == T0 + 5_000
+    assert limits.reserve(store, 0, "a", T0 + 5_000) == T0 + 5_100
+    unlimited = TenantLimits({"a": 120}, PARTITIONS)
+    assert unlimited.interval_us("b") is None
+    assert [unlimited.reserve(store, 0, "b", T0) for _ in range(3)] == [T0, T0, T0]
+    assert not TenantLimits({}, PARTITIONS).active
+
+
+def test_a_fractional_share_rounds_the_interval_up() -> None:
+    limits = TenantLimits({"a": 7}, PARTITIONS)  # 12 / 7 s = 1714.28... ms
+    assert limits.interval_us("a") == 1_714_286
+    slots = [limits.reserve(FakeStore(), 0, "a", T0) for _ in range(1)]
+    store = FakeStore()
+    slots = [limits.reserve(store, 0, "a", T0) for _ in range(8)]
+    # 8 slots in one partition span at least 7 intervals: never more than the share.
+    assert slots[-1] - slots[0] >= 7 * 12_000 / 7
+
+
+def test_the_clock_is_stored_at_flush_and_read_by_the_next_owner() -> None:
+    store = FakeStore()
+    first = TenantLimits({"a": 120}, PARTITIONS)
+    for _ in range(3):
+        first.reserve(store, 4, "a", T0)
+    assert store.get(CLOCK_PREFIX + b"a") is None  # nothing stored before the drain's end
+    first.flush(store, 4)
+    assert store.get(CLOCK_PREFIX + b"a") is not None
+    second = TenantLimits({"a": 120}, PARTITIONS)  # a restart, or the partition's next owner
+    assert second.reserve(store, 4, "a", T0) == T0 + 300
+    # forget drops the memory: the stored clock is read again (here: the first one's).
+    first.forget(4)
+    assert first.reserve(store, 4, "a", T0) == T0 + 300
+
+
+def test_limits_are_read_from_json_and_bad_ones_are_refused_naming_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        "KAFKRON_TIMER_TENANT_LIMITS",
+        '{"*": {"executions_per_s": 500}, "batch": {"executions_per_s": 50}}',
+    )
+    settings = TimerSettings()
+    assert settings.tenant_limits["batch"].executions_per_s == 50
+    assert settings.tenant_limits["*"].executions_per_s == 500
+    monkeypatch.setenv("KAFKRON_TIMER_TENANT_LIMITS", '{"batch": {"executions_per_sec": 50}}')
+    with pytest.raises(ValidationError, match="executions_per_sec"):
+        TimerSettings()
+    monkeypatch.setenv("KAFKRON_TIMER_TENANT_LIMITS", '{"batch": {"executions_per_s": 0}}')
+    with pytest.raises(ValidationError, match="batch"):
+        TimerSettings()
+
+
+def fires_by_tenant(timer: Timer) -> dict[str, list[dict[str, Any]]]:
+    by_tenant: dict[str, list[dict[str, Any]]] = {}
+    for due in timer.dues():
+        by_tenant.setdefault(due["tenant"], []).append(due)
+    return by_tenant
+
+
+def held_keys(timer: Timer) -> list[bytes]:
+    return [k for k in timer.wheel.data if keys.parse_key(k).kind == keys.HELD]
+
+
+def submit_herd(timer: Timer, a_jobs: int, b_jobs: int, **fields: Any) -> None:
+    for i in range(a_jobs):
+        timer.submit(one_off(f"a-{i:04d}", T0, tenant="a", **fields), T0 - 5_000)
+    for i in range(b_jobs):
+        timer.submit(one_off(f"b-{i:04d}", T0, tenant="b", **fields), T0 - 5_000)
+
+
+def assert_limited_spacing(fires: list[dict[str, Any]], interval_ms: int) -> None:
+    at = sorted(due["fire_at_ms"] for due in fires)
+    assert all(later - earlier >= interval_ms for earlier, later in itertools.pairwise(at))
+
+
+def test_a_limited_tenants_herd_fires_once_each_at_its_slots_and_the_other_on_time() -> None:
+    timer = Timer(tenant_limits=LIMITED, fire_ahead_ms=200)
+    submit_herd(timer, 30, 5)
+    timer.run(T0 - 500, T0 + 3_500, 10)
+    fires = fires_by_tenant(timer)
+    assert len(fires["a"]) == 30 and len(fires["b"]) == 5
+    assert Counter(d["execution_id"] for d in timer.dues()).most_common(1)[0][1] == 1
+    assert timer.ledger() == Counter({T0: 35})  # one outcome per job, none MISSED
+    assert all(d["fire_at_ms"] == T0 for d in fires["b"])
+    assert all(d["scheduled_for_ms"] == T0 for d in fires["a"])
+    assert_limited_spacing(fires["a"], 100)
+    assert max(d["fire_at_ms"] for d in fires["a"]) == T0 + 29 * 100
+    # Emitted no earlier than the fire-ahead window before the slot (held, not busy-fired).
+    assert all(d["emitted_at_ms"] >= d["fire_at_ms"] - 200 for d in fires["a"])
+    limits = timer.env.tenant_limits
+    assert limits.throttled["a"] == 29 and limits.held["a"] >= 25 and not limits.throttled["b"]
+    # Each held fire was written once and read once: none is left in the wheel.
+    assert not held_keys(timer) and not [k for k in timer.wheel.data if k.endswith(b"s")]
+
+
+def test_a_held_entry_survives_a_restart_and_the_clock_goes_on_where_it_was() -> None:
+    timer = Timer(tenant_limits=LIMITED, fire_ahead_ms=200)
+    submit_herd(timer, 20, 0)
+    timer.run(T0 - 500, T0 + 700, 10)
+    fired_before = len(timer.dues())
+    assert 0 < fired_before < 20
+    assert len(held_keys(timer)) == 20 - fired_before
+    # A new process: fresh memory (clocks, ranks), the same stores (restored changelogs).
+    restarted = Timer(tenant_limits=LIMITED, fire_ahead_ms=200)
+    restarted.jobs, restarted.wheel, restarted.out = timer.jobs, timer.wheel, timer.out
+    restarted.submit(one_off("a-late", T0 + 800, tenant="a"), T0 + 710)
+    restarted.run(T0 + 710, T0 + 4_000, 10)
+    fires = fires_by_tenant(restarted)["a"]
+    assert len(fires) == 21
+    assert Counter(d["execution_id"] for d in fires).most_common(1)[0][1] == 1
+    assert_limited_spacing(fires, 100)  # the late job queued after the held ones
+    assert max(d["fire_at_ms"] for d in fires) == T0 + 20 * 100
+
+
+def test_a_wait_longer_than_the_misfire_grace_is_not_a_miss() -> None:
+    timer = Timer(
+        tenant_limits={"a": {"executions_per_s": 12}}, misfire_grace_ms=500, fire_ahead_ms=0
+    )  # a slot per second per partition
+    for i in range(5):
+        timer.submit(one_off(f"a-{i}", T0, tenant="a", catchup="NONE"), T0 - 5_000)
+    timer.run(T0, T0 + 5_000, 50)
+    assert [r for r in timer.results() if r["status"] == "MISSED"] == []
+    assert sorted(d["fire_at_ms"] for d in timer.dues()) == [T0 + i * 1000 for i in range(5)]
+
+
+def test_limited_cron_jobs_fire_every_tick_at_its_own_slot_and_none_is_missed() -> None:
+    timer = Timer(tenant_limits={"a": {"executions_per_s": 12}})  # 1 s slots
+    for i in range(3):  # catch-up LATEST (the default): a wait for the limit is no misfire
+        job = cron_job(f"c-{i}", "* * * * * *", T0 - 1_000, tenant="a")
+        timer.submit(bump(job, overlap="ALLOW"), T0 - 1_000)
+    timer.run(T0 - 1_000, T0 + 8_000, 50)
+    # 3 jobs ticking every second against 1 fire/s: the backlog grows, nothing is lost.
+    outcomes = Counter((d["job_id"], d["scheduled_for_ms"]) for d in timer.dues())
+    assert set(outcomes.values()) == {1}
+    assert timer.results() == []  # no MISSED, no SKIPPED
+    assert {d["job_id"] for d in timer.dues()} == {"c-0", "c-1", "c-2"}
+    assert all(d["fire_at_ms"] >= d["scheduled_for_ms"] for d in timer.dues())
+    assert_limited_spacing(timer.dues(), 1000)
+    # Every tick due by the end was settled when due: it fired or waits in the wheel.
+    assert len(timer.dues()) + len(held_keys(timer)) == 3 * 9
+
+
+def test_a_held_fire_of_a_cancelled_or_deleted_job_ends_cancelled_once() -> None:
+    timer = Timer(tenant_limits=LIMITED)
+    submit_herd(timer, 4, 0)
+    timer.punctuate(T0)  # a-0000 fires, three are held
+    assert len(timer.dues()) == 1 and len(held_keys(timer)) == 3
+    timer.submit(one_off("a-0001", T0, version=2, tenant="a", status="CANCELLED"), T0 + 10)
+    timer.result("a-0000", T0, "SUCCEEDED", T0 + 20)  # a result saves its state: nothing moves
+    timer.run(T0 + 20, T0 + 1_000, 10)
+    assert sorted(d["job_id"] for d in timer.dues()) == ["a-0000", "a-0002", "a-0003"]
+    [cancelled] = timer.results()
+    assert (cancelled["job_id"], cancelled["status"]) == ("a-0001", "CANCELLED")
+    assert timer.ledger() == Counter({T0: 3})  # and a-0001's CANCELLED: one outcome each
+    assert not held_keys(timer)
+
+
+def test_a_held_fire_keeps_its_execution_id_and_is_emitted_when_its_slot_comes() -> None:
+    timer = Timer(tenant_limits=LIMITED, fire_ahead_ms=200)
+    submit_herd(timer, 6, 0)
+    timer.run(T0 - 200, T0 + 600, 10)
+    for due in timer.dues():
+        assert due["execution_id"] == execution_id(due["job_id"], T0)
+        assert due["fire_at_ms"] - 200 <= due["emitted_at_ms"] <= due["fire_at_ms"]
+
+
+def test_a_held_fire_an_overlap_replace_cancelled_is_dropped_not_run() -> None:
+    timer = Timer(tenant_limits={"a": {"executions_per_s": 0.12}})  # a slot per 100 s
+    job = cron_job("r", "*/10 * * * * *", T_MIN - 10_000, tenant="a", overlap="REPLACE")
+    timer.submit(job, T_MIN - 10_000)
+    timer.run(T_MIN, T_MIN + 130_000, 1_000)
+    fired = Counter(d["scheduled_for_ms"] for d in timer.dues())
+    cancelled = Counter(
+        r["scheduled_for_ms"] for r in timer.results() if r["status"] == "CANCELLED"
+    )
+    assert fired[T_MIN] == 1 and cancelled[T_MIN] == 1  # emitted, then replaced (as before)
+    # The tick held for +100 s was replaced at +20 s: CANCELLED once, never emitted.
+    assert cancelled[T_MIN + 10_000] == 1 and fired[T_MIN + 10_000] == 0
+    assert all(n == 1 for n in cancelled.values()) and all(n == 1 for n in fired.values())
+
+
+def test_without_limits_nothing_changes_and_the_metrics_name_each_tenant() -> None:
+    timer = Timer()
+    assert not timer.env.tenant_limits.active
+    submit_herd(timer, 5, 5)
+    timer.punctuate(T0)
+    assert all(d["fire_at_ms"] == T0 for d in timer.dues()) and len(timer.dues()) == 10
+    limited = Timer(tenant_limits=LIMITED)
+    submit_herd(limited, 5, 1)
+    limited.run(T0, T0 + 100, 10)
+    collector = TimerCollector(
+        limited.env.fire_stats, Counter(), RuntimeStats(), limited.env.tenant_limits
+    )
+    samples = {
+        (s.name, s.labels.get("tenant")): s.value
+        for family in collector.collect()
+        for s in family.samples
+    }
+    assert samples[("kafkron_timer_tenant_throttled_total", "a")] == 4
+    assert samples[("kafkron_timer_tenant_held_total", "a")] == 4  # fire-ahead 0: all held
+    assert samples[("kafkron_timer_tenant_throttle_delay_seconds_total", "a")] == pytest.approx(1.0)
+    assert ("kafkron_timer_tenant_throttled_total", "b") not in samples
+    assert keys.due_bound(T0) > keys.pack_ms(T0)
