@@ -13,11 +13,17 @@ Reported from the ``job-results`` read back ``read_committed``: B's start latene
 to A's last start). Runs alternate between weighted draining on and off
 (``KAFKRON_TIMER_FAIR_TENANTS``), so the figures of both come from the same session and the
 ratios (on / off) are the result; every execution must have exactly one SUCCEEDED.
+
+``--limit RATE`` compares per-tenant limits instead (``services/timer/limits.py``): runs
+alternate between tenant A limited to RATE executions/s (``KAFKRON_TIMER_TENANT_LIMITS``)
+and no limit, weighted draining on in both; the ratios are limited / unlimited, and A's
+drain time against A / RATE says whether the limit held.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 import uuid
@@ -117,6 +123,7 @@ class TenantFigures:
     """One run's start lateness of each tenant and A's drain time."""
 
     fair: bool
+    limit_per_s: float | None  # tenant A's executions/s limit, None: no limit
     b_late_ms: list[int]
     a_late_ms: list[int]
     a_drain_ms: int  # the instant to A's last start
@@ -126,8 +133,9 @@ class TenantFigures:
 
     def line(self) -> str:
         b, a = self.b_late_ms, self.a_late_ms
+        limit = f"A limited to {self.limit_per_s:g}/s" if self.limit_per_s else "no limit"
         return (
-            f"weighted draining {'on ' if self.fair else 'off'}: B start lateness ms p50 "
+            f"weighted draining {'on ' if self.fair else 'off'}, {limit}: B start lateness ms p50 "
             f"{percentile(b, 0.5)}, p99 {percentile(b, 0.99)}, max {b[-1]}; A p50 "
             f"{percentile(a, 0.5)}, p99 {percentile(a, 0.99)}; "
             f"A drain {self.a_drain_ms / 1000:.2f} s (intake done {self.intake_spare_s:.1f} s "
@@ -135,11 +143,16 @@ class TenantFigures:
         )
 
 
-def run_once(bootstrap: str, args: argparse.Namespace, fair: bool) -> TenantFigures:
-    """One run in a fresh namespace, weighted draining on or off."""
+def run_once(
+    bootstrap: str, args: argparse.Namespace, fair: bool, limit_per_s: float | None = None
+) -> TenantFigures:
+    """One run in a fresh namespace, weighted draining on or off, A limited or not."""
     with fresh_namespace(bootstrap, "tenants", args.partitions) as settings:
         log_dir = settings.state_dir
         timer_env = {"KAFKRON_TIMER_FAIR_TENANTS": "true" if fair else "false"}
+        if limit_per_s is not None:
+            limits = {"a": {"executions_per_s": limit_per_s}}
+            timer_env["KAFKRON_TIMER_TENANT_LIMITS"] = json.dumps(limits)
         timer = TimerProcess(settings, "tenants-timer-0", log_dir, **timer_env)
         executors = [
             ExecutorChild(
@@ -154,7 +167,7 @@ def run_once(bootstrap: str, args: argparse.Namespace, fair: bool) -> TenantFigu
                 executor.start()
             results = ResultLog(settings, PREFIX)
             wait_until_serving(settings, results)
-            return _fire(settings, args, fair, results)
+            return _fire(settings, args, fair, limit_per_s, results)
         finally:
             if results is not None:
                 results.close()
@@ -163,7 +176,11 @@ def run_once(bootstrap: str, args: argparse.Namespace, fair: bool) -> TenantFigu
 
 
 def _fire(
-    settings: KafkaSettings, args: argparse.Namespace, fair: bool, results: ResultLog
+    settings: KafkaSettings,
+    args: argparse.Namespace,
+    fair: bool,
+    limit_per_s: float | None,
+    results: ResultLog,
 ) -> TenantFigures:
     jobs = args.a_jobs + args.b_jobs
     lead_s = args.lead_s if args.lead_s is not None else 10 + jobs / 20_000
@@ -185,7 +202,8 @@ def _fire(
             ),
         )
     applied_ms = wait_for_intake(settings, Intake(base, jobs_end_offsets(settings)), instant_ms)
-    results.wait_all_succeeded(jobs, max(180.0, jobs / 2000))
+    limited_s = args.a_jobs / limit_per_s if limit_per_s else 0.0
+    results.wait_all_succeeded(jobs, max(180.0, jobs / 2000) + limited_s)
     results.poll(1.0)  # late duplicates, if any
     late: dict[str, list[int]] = {"a": [], "b": []}
     succeeded: Counter[str] = Counter()
@@ -204,6 +222,7 @@ def _fire(
         raise RuntimeError(f"{len(succeeded):,} of {jobs:,} executions SUCCEEDED")
     return TenantFigures(
         fair=fair,
+        limit_per_s=limit_per_s,
         b_late_ms=sorted(late["b"]),
         a_late_ms=sorted(late["a"]),
         a_drain_ms=a_last_start_ms - instant_ms,
@@ -213,15 +232,17 @@ def _fire(
     )
 
 
-def ratios(runs: list[TenantFigures]) -> str:
-    """B's p50/p99 and A's drain time, weighted draining on / off (medians over the runs)."""
+def ratios(runs: list[TenantFigures], by_limit: bool = False) -> str:
+    """B's p50/p99 and A's drain time, weighted draining on / off, or with A's limit / without
+    (``by_limit``): medians over the runs."""
 
     def median(values: list[float]) -> float:
         ordered = sorted(values)
         return ordered[len(ordered) // 2]
 
-    def figure(fair: bool, pick: Any) -> float:
-        return median([float(pick(r)) for r in runs if r.fair == fair])
+    def figure(on: bool, pick: Any) -> float:
+        side = (lambda r: r.limit_per_s is not None) if by_limit else (lambda r: r.fair)
+        return median([float(pick(r)) for r in runs if side(r) == on])
 
     picks = {
         "B p99 emitted (after the herd's first)": lambda r: percentile(r.due.b_emitted_ms, 0.99),
@@ -249,6 +270,12 @@ def main() -> None:
     parser.add_argument("--executors", type=int, default=1)
     parser.add_argument("--lead-s", type=float, default=None)
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (on, off)")
+    parser.add_argument(
+        "--limit",
+        type=float,
+        default=None,
+        help="tenant A's executions/s: pairs of runs with and without it (draining fair)",
+    )
     add_env_options(parser, "executor")
     args = parser.parse_args()
     print(
@@ -259,16 +286,21 @@ def main() -> None:
     runs: list[TenantFigures] = []
     for pair in range(args.repeat):
         # Alternate which side goes first, so drifting load hits both alike.
-        for fair in (True, False) if pair % 2 == 0 else (False, True):
+        for on in (True, False) if pair % 2 == 0 else (False, True):
             started = time.monotonic()
-            figures = run_once(args.bootstrap, args, fair)
+            if args.limit is not None:
+                figures = run_once(args.bootstrap, args, True, args.limit if on else None)
+            else:
+                figures = run_once(args.bootstrap, args, on)
             runs.append(figures)
             print(
                 f"run {len(runs)} ({time.monotonic() - started:.0f} s): {figures.line()}",
                 flush=True,
             )
-    print("on / off in this session:")
-    print(ratios(runs), flush=True)
+    print(f"{'limited / unlimited' if args.limit else 'on / off'} in this session:")
+    print(ratios(runs, by_limit=args.limit is not None), flush=True)
+    if args.limit:
+        print(f"  A at its limit would drain in {args.a_jobs / args.limit:.2f} s", flush=True)
 
 
 if __name__ == "__main__":
