@@ -25,7 +25,9 @@ when its transaction commits; ``bench.committed``'s LSO sampling would add its ~
 period). The record's Kafka timestamp (its producer's clock at ``produce``) splits each hop
 into processing (input seen -> output produced) and commit wait (produced -> seen); the
 hops are SUCCEEDED -> UPSTREAM_ENDED signal (the upstream's dag partition), signal -> RUN
-release (the dependent's dag partition), release -> DueEvent (the timer).
+release (the dependent's dag partition), release -> DueEvent (the timer); with the local
+shortcut (one dag processor owns every partition) no signal is produced and the first two
+are one: SUCCEEDED -> RUN release.
 
 Baseline, the same run and broker: ``bench.pipe.measure_pipe`` (records/s produce and
 consume) and the raw pipe's produce -> read_committed consume latency at a paced rate
@@ -413,11 +415,14 @@ def release_delays(run: PhaseRun) -> Hops:
             t0 = succeeded[last_up][0]
             hops["total"].append(due[execution][0] - t0)
             signal, release = signals.get((prefix + node, last_up)), releases.get(execution)
-            if signal is None or release is None:
+            if release is None:
                 continue
-            hops["dag: SUCCEEDED seen -> signal produced"].append(signal[1] - t0)
-            hops["dag: signal produced -> seen"].append(signal[0] - signal[1])
-            hops["dag: signal seen -> RUN release produced"].append(release[1] - signal[0])
+            if signal is None:  # counted in the same transaction (the local shortcut)
+                hops["dag: SUCCEEDED seen -> RUN release produced (local)"].append(release[1] - t0)
+            else:
+                hops["dag: SUCCEEDED seen -> signal produced"].append(signal[1] - t0)
+                hops["dag: signal produced -> seen"].append(signal[0] - signal[1])
+                hops["dag: signal seen -> RUN release produced"].append(release[1] - signal[0])
             hops["dag: release produced -> seen"].append(release[0] - release[1])
             hops["timer: release seen -> DueEvent produced"].append(due[execution][1] - release[0])
             hops["timer: DueEvent produced -> seen"].append(due[execution][0] - due[execution][1])
@@ -429,6 +434,7 @@ _HOP_NAMES = (
     "dag: SUCCEEDED seen -> signal produced",
     "dag: signal produced -> seen",
     "dag: signal seen -> RUN release produced",
+    "dag: SUCCEEDED seen -> RUN release produced (local)",
     "dag: release produced -> seen",
     "timer: release seen -> DueEvent produced",
     "timer: DueEvent produced -> seen",

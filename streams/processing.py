@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from streams.checkpoint import Checkpoint
@@ -69,11 +70,26 @@ class ProcessorContext:
         checkpoint: Checkpoint,
         stores: dict[str, Store],
         producer: TransactionalProducer,
+        ready: Mapping[int, ProcessorContext] | None = None,
     ) -> None:
         self.partition = partition
         self._checkpoint = checkpoint
         self._stores = stores
         self._producer = producer
+        self._ready = ready if ready is not None else {}
+
+    def owned(self, partition: int) -> ProcessorContext | None:
+        """The context of ``partition`` when this processor owns it and it is restored (this
+        one's for its own partition), else None.
+
+        Its stores and outputs belong to the same Kafka transaction as this partition's, so a
+        record meant for that partition's input (e.g. re-keyed to another key) can be applied
+        there directly instead of through a topic: it commits or aborts with the record that
+        caused it. Ask again for each record; a partition given away is None from then on.
+        """
+        if partition == self.partition:
+            return self
+        return self._ready.get(partition)
 
     def store(self, name: str) -> StoreTransaction:
         """The open transaction of store ``name`` on this partition."""

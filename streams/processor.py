@@ -360,7 +360,7 @@ class Processor:
 
     def _mark_ready(self, partition: int) -> None:
         self._contexts[partition] = ProcessorContext(
-            partition, self._checkpoint, self._stores, self._producer
+            partition, self._checkpoint, self._stores, self._producer, self._contexts
         )
         self._next_punctuate[partition] = time.monotonic()
         topics = self._owned.get(partition, set())

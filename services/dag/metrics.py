@@ -1,7 +1,8 @@
 """The dag processor's Prometheus metrics, built at scrape time from its counters (``scope.py``).
 
 Besides the families every processor exports (:func:`streams.metrics.runtime_families`):
-verdicts given on dependents' runs, and the input records it dead-lettered.
+verdicts given on dependents' runs, upstream ends by path (local or topic), and the input
+records it dead-lettered.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ class DagCollector:
             "Verdicts on dependents' runs, by verdict: RUN (released), UPSTREAM_FAILED, MISSED.",
             ["verdict"],
             {(verdict,): n for verdict, n in dict(self._env.verdicts).items()},
+        )
+        yield counter_family(
+            "kafkron_dag_signals_total",
+            "Upstream ends sent to dependents, by path: local (counted in the same "
+            "transaction, a partition this process owns) or topic (through dag-signals).",
+            ["path"],
+            {(path,): n for path, n in dict(self._env.signals).items()},
         )
         dead = dict(self._env.dead_letters)
         yield decode_failure_family(dead)

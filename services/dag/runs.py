@@ -6,7 +6,11 @@ Every execution in a run has that ``scheduled_for`` (a dependent's execution is
 
 1. In the upstream's partition, a final result (SUCCEEDED, or any final failure: DEAD_LETTER,
    UPSTREAM_FAILED, SKIPPED, MISSED, CANCELLED) is sent to each dependent as an
-   UPSTREAM_ENDED signal keyed by the dependent (:func:`signal_upstream_end`).
+   UPSTREAM_ENDED signal keyed by the dependent (:func:`signal_upstream_end`). When this
+   process owns the dependent's partition too (restored, holding the dependent), step 2
+   runs there at once, in the same transaction as the result's offset (the local
+   shortcut): a crash or a lost partition aborts both, a replay counts once (step 2 is
+   keyed by the upstream), and one commit fewer lies between the result and the release.
 2. In the dependent's partition, the signal is recorded in the run's state keyed by the
    upstream job (its execution of the run is ``<upstream>@<run_key_ms>``), so a repeated
    signal counts once and overlapping runs never mix (:func:`apply_upstream_ended`). When
@@ -48,7 +52,20 @@ def signal_upstream_end(scope: DagScope, result: ResultFields) -> None:
         return
     note_end(scope, result.job_id, result.scheduled_for_ms, result.status)
     for dependent in dependents_of(scope, result.job_id):
-        signal_end(scope, result.job_id, dependent, result.scheduled_for_ms, result.status)
+        target = scope.local_scope(dependent) if scope.local_scope is not None else None
+        if target is None:
+            signal_end(scope, result.job_id, dependent, result.scheduled_for_ms, result.status)
+            scope.env.signals["topic"] += 1
+            continue
+        ended = {
+            "dependent_job_id": dependent,
+            "upstream_job_id": result.job_id,
+            "run_key_ms": result.scheduled_for_ms,
+            "upstream_status": result.status,
+        }
+        apply_upstream_ended(target, ended)
+        scope.emitted += target.emitted
+        scope.env.signals["local"] += 1
 
 
 def apply_upstream_ended(scope: DagScope, signal: dict[str, Any]) -> None:

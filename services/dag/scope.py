@@ -25,6 +25,9 @@ Emit = Callable[[str, bytes | None, bytes | None], None]
 """Produce ``(topic, key, value)`` in the current transaction."""
 EmitKeyed = Callable[[str, bytes, bytes | None], None]
 """Produce ``(topic, key, value)`` in the current transaction, to the partition of ``key``."""
+LocalScope = Callable[[str], "DagScope | None"]
+"""The scope of job ``job_id``'s partition when this process owns it and holds the job as a
+dependent (its signals can be applied there in the same transaction), else None."""
 
 NODES_STORE = "nodes"
 EDGES_STORE = "edges"
@@ -48,10 +51,16 @@ class DagEnv:
     run_retention_ms: int
     deadline_batch_size: int
     ends_retention_ms: int = 15 * 60_000
+    # Partitions of the co-partitioned topics: where a job id's records go. 0: signals
+    # always go through ``dag-signals`` (no local shortcut).
+    partitions: int = 0
     # Input records dead-lettered (undecodable, or breaking a bound), by source topic.
     dead_letters: Counter[str] = field(default_factory=Counter)
     # Verdicts given, by DagVerdict name (RUN, UPSTREAM_FAILED, MISSED).
     verdicts: Counter[str] = field(default_factory=Counter)
+    # UPSTREAM_ENDED signals by path: "local" (applied in the dependent's partition in the
+    # same transaction) or "topic" (produced to ``dag-signals``).
+    signals: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def from_settings(cls, settings: DagSettings, codec: Codec | None = None) -> DagEnv:
@@ -69,6 +78,7 @@ class DagEnv:
             run_retention_ms=settings.run_retention_ms,
             ends_retention_ms=settings.ends_retention_ms,
             deadline_batch_size=settings.deadline_batch_size,
+            partitions=settings.kafka.partitions if settings.local_signals else 0,
         )
 
 
@@ -78,6 +88,8 @@ class DagScope:
 
     ``emit`` writes to this partition (a release for the timer, a dead letter);
     ``emit_keyed`` to the partition of the record's key (a signal re-keyed to another job).
+    ``local_scope`` finds the partition of another job when this process owns it (None:
+    every signal goes through the topic).
     """
 
     env: DagEnv
@@ -90,3 +102,4 @@ class DagScope:
     emit_keyed: EmitKeyed
     now_ms: int
     emitted: int = 0
+    local_scope: LocalScope | None = None

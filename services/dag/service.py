@@ -4,7 +4,9 @@ Group ``<namespace>dag`` consumes ``jobs`` (the edges), ``job-results`` (upstrea
 ``dag-signals`` (edges and ends re-keyed between partitions). Each partition has five
 RocksDB stores restored from their changelogs before it processes anything (``scope.py``).
 Store changes, signals, releases and input offsets commit in one Kafka transaction, so a
-crash never counts a completion twice nor loses one. Anything emitted asks for a commit
+crash never counts a completion twice nor loses one. An upstream's end for a dependent in
+another partition this process owns is counted there in the same transaction (the local
+shortcut, ``runs.py``) instead of through ``dag-signals``. Anything emitted asks for a commit
 within ``release_commit_within_ms``: each hop of a release waits for a commit.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from services.dag.edges import node_job
 from services.dag.inputs import apply_input
 from services.dag.metrics import DagCollector
 from services.dag.runs import settle_deadlines
@@ -27,6 +30,7 @@ from services.dag.scope import (
     DagScope,
 )
 from services.dag.settings import DagSettings
+from services.ingest.producer import partition_for_key
 from streams import clock
 from streams.metrics import serve_metrics
 from streams.processing import InputRecord, ProcessorContext
@@ -74,7 +78,7 @@ class DagHooks:
             ctx.request_commit(self.commit_within_ms)
 
     def _scope(self, ctx: ProcessorContext, now_ms: int) -> DagScope:
-        return DagScope(
+        scope = DagScope(
             self.env,
             ctx.store(NODES_STORE),
             ctx.store(EDGES_STORE),
@@ -85,6 +89,18 @@ class DagHooks:
             ctx.produce_keyed,
             now_ms,
         )
+        if self.env.partitions:
+            scope.local_scope = lambda job_id: self._local_scope(ctx, job_id, now_ms)
+        return scope
+
+    def _local_scope(self, ctx: ProcessorContext, job_id: str, now_ms: int) -> DagScope | None:
+        """The scope of ``job_id``'s partition when this process owns it, restored, and it
+        holds ``job_id`` as a dependent (else its signal goes through ``dag-signals``)."""
+        target = ctx.owned(partition_for_key(job_id.encode(), self.env.partitions))
+        if target is None:
+            return None
+        scope = self._scope(target, now_ms)
+        return scope if node_job(scope, job_id) is not None else None
 
 
 def build_processor(settings: DagSettings, env: DagEnv | None = None) -> Processor:

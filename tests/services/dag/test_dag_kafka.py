@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from bench.dag_runs import (
     SIX_NODES,
     DagProcess,
+    DagWatch,
     ResultsReader,
     cron_every,
     dag_jobs,
@@ -28,6 +29,7 @@ from bench.dag_runs import (
 )
 from bench.herd import CODEC, TimerProcess, produce_jobs
 from services.executor.settings import DEFAULT_HANDLER_SPECS
+from services.ingest.producer import partition_for_key
 from streams.codec import RecordKind
 from streams.dlq import replay
 from streams.identity import execution_id
@@ -254,3 +256,51 @@ def _no_retries() -> dict[str, object]:
         "max_backoff_ms": 1000,
         "jitter_ratio": 0.0,
     }
+
+
+def _prefix_with_edges_across_halves(partitions: int) -> str:
+    """A job-id prefix whose six-node DAG has an edge within one half of the partitions and
+    one across the halves (the range assignor gives each of two members one half)."""
+    half = partitions // 2
+    while True:
+        prefix = f"split-{uuid.uuid4().hex[:6]}-"
+
+        def side(node: str, prefix: str = prefix) -> int:
+            return partition_for_key((prefix + node).encode(), partitions) // half
+
+        edges = [(up, node) for node, ups in SIX_NODES.items() for up in ups]
+        if len({side(up) == side(node) for up, node in edges}) == 2:
+            return prefix
+
+
+def test_two_dag_processors_a_member_joining_and_one_killed_mid_runs_each_dependent_once(
+    cluster: Cluster, topics: KafkaSettings, tmp_path: Path
+) -> None:
+    """An upstream's end for a dependent owned by the same process is counted in the same
+    transaction (no signal), one owned by the other process goes through dag-signals; a
+    member joining mid-run (revoke: commit, then give away) and one SIGKILLed mid-run (the
+    survivor takes over its partitions) lose and double nothing."""
+    reader = cluster.start()
+    prefix = _prefix_with_edges_across_halves(topics.partitions)
+    roots, keys = cron_runs(lead_ms=2_000)
+    produce_jobs(topics, dag_jobs(prefix, roots, "tests.effect", now_ms()))
+    watch = DagWatch(topics)
+    second = DagProcess(topics, "dag-1", tmp_path, KAFKRON_DAG_METRICS_PORT="0")
+    try:
+        watch.poll_until(lambda: now_ms() >= keys[1], 30, "the second run started")
+        second.start()  # joins mid-run: dag-0's partitions of one half are revoked
+        watch.poll_until(lambda: now_ms() >= keys[6], 30, "the seventh run started")
+        second.kill()  # mid-run: its half is lost and comes back to dag-0 after the session
+        wanted = [e for key in keys for e in run_executions(prefix, key)]
+        reader.wait(lambda o: all(o.final(e) for e in wanted), 120, "every execution final")
+        watch.poll_for(3.0)  # a late duplicate run would show up here
+        reader.poll(0.5)
+    finally:
+        second.stop(timeout_s=30)
+        watch.close()
+    for execution in wanted:
+        assert reader.outcomes.statuses(execution).count("SUCCEEDED") == 1, execution
+    assert_each_dependent_ran_once_after_its_upstreams(cluster, prefix, keys)
+    ended = [s for s, _, _ in watch.decoded("signal", prefix) if s["kind"] == "UPSTREAM_ENDED"]
+    edges = sum(len(ups) for ups in SIX_NODES.values())
+    assert 0 < len(ended) < edges * len(keys), "some ends went through the topic, not all"

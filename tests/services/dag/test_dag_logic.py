@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bench.herd import job_record
+from services.dag.edges import node_job
 from services.dag.inputs import apply_input
 from services.dag.runs import settle_deadlines
 from services.dag.scope import DagEnv, DagScope
@@ -38,12 +39,23 @@ class Dag:
         self.releases: list[dict[str, Any]] = []
         self.dead: list[dict[str, Any]] = []
         self.now_ms = K1
+        # Dependents whose partition this "process" owns: their ends are counted at once, in
+        # the same unit of work (the local shortcut), the others' go through the topic.
+        self.local: set[str] = set()
 
     def scope(self) -> DagScope:
         nodes, edges, runs, deadlines, ends = self.stores
-        return DagScope(
+        scope = DagScope(
             self.env, nodes, edges, runs, deadlines, ends, self._emit, self._emit, self.now_ms
         )
+        scope.local_scope = self._local_scope
+        return scope
+
+    def _local_scope(self, job_id: str) -> DagScope | None:
+        if job_id not in self.local:
+            return None
+        scope = self.scope()
+        return scope if node_job(scope, job_id) is not None else None
 
     def _emit(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         assert value is not None
@@ -103,6 +115,34 @@ def test_a_dependent_is_released_once_when_every_upstream_of_its_run_succeeded(
         execution_id("extract", K1),
         execution_id("load-refs", K1),
     ]
+
+
+def test_an_end_for_a_dependent_owned_here_is_counted_at_once_and_once(dag: Dag) -> None:
+    dag.job("transform", depends_on=["join"])
+    dag.local = {"join"}  # transform's partition is owned elsewhere
+    dag.ended("extract", K1)
+    dag.ended("extract", K1)  # a replay of the same result (after a crash) counts once
+    dag.ended("load-refs", K1)
+    assert dag.verdicts() == [("join", K1, "RUN")]
+    assert dict(dag.env.signals) == {"local": 3}
+    dag.local = {"join", "transform"}
+    dag.ended("load-refs", K1)  # counted again locally, released nothing new
+    dag.ended("join", K1)
+    assert dag.verdicts() == [("join", K1, "RUN"), ("transform", K1, "RUN")]
+    dag.local = set()
+    dag.ended("join", K1)  # the next owner replays it through the topic: counted once
+    assert dag.verdicts() == [("join", K1, "RUN"), ("transform", K1, "RUN")]
+    assert dict(dag.env.signals) == {"local": 5, "topic": 1}
+
+
+def test_an_end_for_a_dependent_not_held_here_goes_through_the_topic(dag: Dag) -> None:
+    dag.local = {"join", "nobody"}
+    dag.job("late", depends_on=["extract"])  # "late" is not local: its end takes the topic
+    dag.ended("extract", K1)
+    assert dag.env.signals == {"local": 1, "topic": 1}
+    assert dag.verdicts() == [("late", K1, "RUN")]
+    dag.ended("load-refs", K1)
+    assert dag.verdicts() == [("late", K1, "RUN"), ("join", K1, "RUN")]
 
 
 def test_overlapping_runs_never_mix(dag: Dag) -> None:
