@@ -44,6 +44,7 @@ class RawIterator(Protocol):
     def seek(self, key: bytes) -> None: ...
     def valid(self) -> bool: ...
     def key(self) -> Any: ...
+    def value(self) -> Any: ...
     def next(self) -> None: ...
 
 
@@ -118,13 +119,16 @@ def page_of_ids(
     limit: int,
     budget: int = PAGE_BUDGET,
     id_prefix: bytes = b"",
+    values: list[bytes] | None = None,
 ) -> tuple[list[str], bytes | None]:
     """Up to ``limit`` job ids at or after ``start`` present under every prefix (keys
     ``<prefix><job_id>``) and starting with ``id_prefix``, in order, and the position of
     the next page (None at the end).
 
     ``iterator_of()`` opens a fresh RocksDB iterator. The ids with ``id_prefix`` are one
-    range of the order: the scan starts at it and ends where it does.
+    range of the order: the scan starts at it and ends where it does. With ``values``,
+    the value of the first prefix's key of each id found is appended to it (what a scan
+    of a table of values already holds: no get of its own).
     """
     scans = [(prefix, iterator_of()) for prefix in prefixes]
     at: list[bytes | None] = [None] * len(scans)  # where each scan's iterator is
@@ -149,6 +153,8 @@ def page_of_ids(
             if len(found) == limit:
                 return found, candidate  # one more exists: the next page starts at it
             found.append(candidate.decode())
+            if values is not None:
+                values.append(bytes(scans[0][1].value()))
             # The first scan's next key is the next candidate (a step, not a seek).
             prefix, it = scans[0]
             steps += 1

@@ -255,12 +255,19 @@ class ViewStore:
         (only a row whose parts did not render is built from its record)."""
         start = b"" if cursor is None else decode_cursor(cursor)
         terms = where.terms()
-        prefixes = [INDEX + t for t in terms] if terms else [JOB]
         id_prefix = where.id_prefix.encode()
-        ids, following = page_of_ids(self._db.iter, prefixes, start, limit, id_prefix=id_prefix)
-        keys: list[Any] = [p + i.encode() for p in (ROW, LIFE, NEWEST) for i in ids]
+        # Without filters the scan is of the rows themselves: it holds their values.
+        scanned: list[bytes] | None = None if terms else []
+        prefixes = [INDEX + t for t in terms] if terms else [ROW]
+        ids, following = page_of_ids(
+            self._db.iter, prefixes, start, limit, id_prefix=id_prefix, values=scanned
+        )
+        tables = (LIFE, NEWEST) if scanned is not None else (ROW, LIFE, NEWEST)
+        keys: list[Any] = [p + i.encode() for p in tables for i in ids]
         found: list[Any] = (self._db.get(keys) or []) if ids else []  # one multi-get
         count = len(ids)
+        if scanned is not None:
+            found = [*scanned, *found]
         joiner = RowJoiner(now_ms)
         items = []
         for job_id, parts, life, newest in zip(
