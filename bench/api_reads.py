@@ -170,7 +170,8 @@ def main() -> None:
             ids = load_jobs(settings.model_copy(update={"view_dir": Path(state) / "v0"}), args.jobs)
             print(f"{len(ids):,} jobs created in {time.perf_counter() - started:.1f}s")
             started = time.perf_counter()
-            with serving(_serve, settings):
+            # The view rebuilds from the topics first: 1M jobs take minutes on a busy machine.
+            with serving(_serve, settings, healthy_within_s=900):
                 print(
                     f"API healthy (its view read them) after {time.perf_counter() - started:.1f}s"
                 )

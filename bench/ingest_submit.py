@@ -119,15 +119,18 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serving(target: Callable[[str], None], settings: IngestSettings) -> Iterator[Any]:
-    """``target`` serving ``settings`` in a child process until healthy; yields the process."""
+def serving(
+    target: Callable[[str], None], settings: IngestSettings, healthy_within_s: float = 90
+) -> Iterator[Any]:
+    """``target`` serving ``settings`` in a child process until healthy (RuntimeError
+    after ``healthy_within_s``); yields the process."""
     server = multiprocessing.get_context("spawn").Process(
         target=target, args=(settings.model_dump_json(),), daemon=False
     )
     server.start()
     url = f"http://{settings.http_host}:{settings.http_port}/healthz"
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + healthy_within_s
         while True:
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
@@ -136,7 +139,7 @@ def serving(target: Callable[[str], None], settings: IngestSettings) -> Iterator
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline or not server.is_alive():
-                raise RuntimeError("the API did not become healthy within 90s")
+                raise RuntimeError(f"the API did not become healthy within {healthy_within_s:g}s")
             time.sleep(0.2)
         if settings.api_processes > 1:
             time.sleep(3)  # every worker process answers health on its own view: let all start
