@@ -5,12 +5,18 @@ codec at start-up and hands the codec any record it cannot be sure of. :class:`F
 makes both visible: a path switched off at start-up logs one WARNING naming the path and why
 (every record then costs the generic codec), and the records a working path hands to the
 codec are counted, the first one logged at INFO (records with an attempt history, 10-byte
-varints and garbage go there on purpose).
+varints and garbage go there on purpose). :func:`reads_as_the_codec` is the start-up proof
+the fast readers share, on the probe records :mod:`streams.probe_records` derives from the
+schema.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from streams.exceptions import DecodeError
 
 log = logging.getLogger(__name__)
 
@@ -36,3 +42,28 @@ class FastPath:
         self.fallbacks += 1
         if self.fallbacks == 1 and self.enabled:
             log.info("%s left its first record to the generic codec", self.name)
+
+
+def reads_as_the_codec(
+    probes: Iterable[Mapping[str, Any]],
+    encode: Callable[[Mapping[str, Any]], bytes],
+    expected: Callable[[bytes], Any],
+    read: Callable[[bytes], Any],
+) -> bool:
+    """The start-up proof of a fast reader: does ``read`` give, for the bytes of every probe
+    (``encode``: the codec's), what ``expected`` gives (the codec's decoding, in the reader's
+    form)? Each probe is read twice a round (fresh, then from what a memo kept) in two rounds
+    (then from the runs kept of other probes). Reading raising ``IndexError``, ``ValueError``,
+    ``KeyError`` or ``DecodeError`` is a no; the caller clears the reader's memos after."""
+    records = list(probes)
+    try:
+        for _ in range(2):
+            for probe in records:
+                data = encode(probe)
+                want = expected(data)
+                for _ in range(2):
+                    if read(data) != want:
+                        return False
+    except (DecodeError, IndexError, ValueError, KeyError):
+        return False
+    return True

@@ -11,7 +11,8 @@ their bytes are first parsed, the others' per record.
 
 It is exact or unused: it serves only records whose fingerprint is the codec's writer
 schema for Job when that schema is also the reader schema (no resolution), and only after
-proving, at construction, that it decodes probe records exactly as the codec does. Any
+proving, at construction, that it decodes probe records exactly as the codec does (derived
+from the schema: :mod:`streams.probe_records`). Any
 other record, and any record the decoder cannot be sure of (a varint longer than 9 bytes:
 see :mod:`streams.avro_source`), goes to :meth:`Codec.decode` (which raises the usual
 :class:`DecodeError` for garbage).
@@ -21,10 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from streams.avro_binary import MAX_READ_LONG_BYTES
 from streams.avro_reader import GeneratedReader, Memo, generate_reader
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import DecodeError, InvalidRecordError, UnsupportedSchemaError
-from streams.fast_path import FastPath
+from streams.exceptions import InvalidRecordError, UnsupportedSchemaError
+from streams.fast_path import FastPath, reads_as_the_codec
+from streams.probe_records import probe_records
 
 _SHARED_RUNS = (("status", "payload"), ("cron", "request_hash"))
 _STAMPS = ("created_at_ms", "updated_at_ms")
@@ -91,19 +94,20 @@ class JobReader:
             decoder = generate_reader(codec.writer_schema(kind), memos=memos, start=HEADER_LEN)
         except UnsupportedSchemaError as exc:
             return None, f"the Job schema has what it cannot read ({exc})"
+        probes = probe_records(
+            codec.writer_schema(kind), codec.bounds, max_varint_bytes=MAX_READ_LONG_BYTES
+        )
         try:
-            names = {field["name"] for field in codec.writer_schema(kind)["fields"]}
-            for _ in range(2):
-                for probe in _probes():
-                    data = codec.encode(kind, {k: v for k, v in probe.items() if k in names})
-                    expected = _outcome(codec.decode, kind, data)
-                    for _ in range(2):
-                        if _outcome(lambda d: self._checked(decoder.read(d)), data) != expected:
-                            return None, ""
-        except (DecodeError, IndexError, ValueError, KeyError):
-            return None, ""
+            agrees = reads_as_the_codec(
+                probes,
+                lambda record: codec.encode(kind, record),
+                lambda data: _outcome(codec.decode, kind, data),
+                lambda data: _outcome(lambda d: self._checked(decoder.read(d)), data),
+            )
         finally:
             decoder.clear()
+        if not agrees:
+            return None, ""
         return decoder, ""
 
 
@@ -118,65 +122,3 @@ def _outcome(decode: Any, *args: Any) -> Any:
         return decode(*args)
     except InvalidRecordError as exc:
         return str(exc)
-
-
-def _probes() -> list[dict[str, Any]]:
-    """Every union branch, enum symbols, empty and filled arrays and maps, short and long
-    (two-byte length) strings and bytes, within the bounds (the shape of every other value
-    is proven by tests/streams/test_avro_reader.py)."""
-    base: dict[str, Any] = {
-        "job_id": "probe-é",
-        "version": 7,
-        "status": "PAUSED",
-        "handler": "probe.handler",
-        "payload": b"\x00\x01\xff",
-        "run_at_ms": 1_780_000_000_123,
-        "cron": None,
-        "depends_on": [],
-        "priority": "LOW",
-        "timeout_ms": 60_000,
-        "retry": {
-            "max_attempts": 3,
-            "initial_backoff_ms": 1000,
-            "multiplier": 2.5,
-            "max_backoff_ms": 300_000,
-            "jitter_ratio": -0.0,
-        },
-        "overlap": "QUEUE_ONE",
-        "catchup": "NONE",
-        "catchup_window_ms": 86_400_000,
-        "jitter_ms": 250,
-        "dag_wait_ms": 3_600_000,
-        "tenant": "t",
-        "labels": {},
-        "manual_fire_at_ms": None,
-        "backfill": None,
-        "idempotency_key": None,
-        "request_hash": None,
-        "created_at_ms": 1_780_000_000_000,
-        "updated_at_ms": 5,
-    }
-    cron = {
-        "expression": "*/5 * * * *",
-        "timezone": "Europe/Berlin",
-        "start_ms": 1,
-        "end_ms": None,
-        "fold_policy": "EVERY",
-    }
-    other = {
-        **base,
-        "status": "CANCELLED",
-        "run_at_ms": None,
-        "priority": "HIGH",
-        "overlap": "REPLACE",
-        "labels": {"k": "v", "é": "w" * 70},
-        "manual_fire_at_ms": 3,
-        "backfill": {"from_ms": 1, "to_ms": 1_780_000_000_000, "per_s": 200, "requested_at_ms": 9},
-        "idempotency_key": "key",
-        "request_hash": "hashé",
-    }
-    return [
-        base,
-        {**other, "cron": cron},
-        {**other, "depends_on": ["a", "bé" * 40], "payload": bytes(range(256))},
-    ]

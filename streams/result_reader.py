@@ -13,7 +13,8 @@ those bytes and one regular expression over the times after them.
 It is exact or unused: it serves only records whose fingerprint is the codec's writer
 schema for ExecutionResult when that schema is also the reader schema (no resolution), and
 only after proving, at construction, that probe records covering every status, trigger and
-union branch read exactly as the codec decodes them. It accepts a record only when it is
+union branch (derived from the schema: :mod:`streams.probe_records`) read exactly as the
+codec decodes them. It accepts a record only when it is
 sure the codec would accept it with the same values; anything else (a varint longer than
 9 bytes, any record it cannot parse) goes to :meth:`Codec.decode`, which returns the record
 or raises the usual :class:`DecodeError`.
@@ -26,10 +27,9 @@ from typing import Any, NamedTuple
 from streams.avro_binary import MAX_READ_LONG_BYTES
 from streams.avro_reader import GeneratedReader, Memo, generate_reader
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import DecodeError, InvalidRecordError, UnsupportedSchemaError
-from streams.fast_path import FastPath
-from streams.records import ExecutionStatus, Trigger
-from streams.result_probes import result_probes
+from streams.exceptions import InvalidRecordError, UnsupportedSchemaError
+from streams.fast_path import FastPath, reads_as_the_codec
+from streams.probe_records import probe_records
 
 # What an executor's results of one tick and status share: ~12 bytes and its worker id. An
 # execution's STARTED and SUCCEEDED alternate: looked up at once, not compared with the last.
@@ -104,51 +104,23 @@ class ResultReader:
             )
         except UnsupportedSchemaError as exc:
             return None, f"the ExecutionResult schema has what it cannot read ({exc})"
+        probes = probe_records(
+            codec.writer_schema(kind), codec.bounds, max_varint_bytes=MAX_READ_LONG_BYTES
+        )
         try:
-            for _ in range(2):
-                for probe in _probes():
-                    data = codec.encode(kind, probe)
-                    expected = codec.decode(kind, data, check=False)
-                    if expected != probe:
-                        return None, ""
-                    for _ in range(2):
-                        if decoder.read(data) != fields_of(expected):
-                            return None, ""
-        except (DecodeError, IndexError, ValueError, KeyError):
-            return None, ""
+            agrees = reads_as_the_codec(
+                probes,
+                lambda record: codec.encode(kind, record),
+                lambda data: fields_of(codec.decode(kind, data, check=False)),
+                decoder.read,
+            )
         finally:
             decoder.clear()
+        if not agrees:
+            return None, ""
         return decoder, ""
 
 
 def _unserved(data: bytes) -> ResultFields:
     """The decoder of a reader that is off (never called: it serves no header)."""
     raise ValueError("the fast ExecutionResult reader is off")
-
-
-def _probes() -> list[dict[str, Any]]:
-    """Every status and trigger in the common shape and in others: each optional field null
-    and not, empty, short and long strings, short and the longest varints read here."""
-    records = []
-    for i, status in enumerate(ExecutionStatus):
-        for j, trigger in enumerate(Trigger):
-            some = (i + j) % 2 == 0
-            records.append(  # the executors' shape
-                {
-                    "execution_id": f"j-{j}@{i}",
-                    "job_id": f"j-{j}",
-                    "scheduled_for_ms": 1_790_000_000_000 + i,
-                    "attempt": j,
-                    "status": status.value,
-                    "reason": None,
-                    "error": None,
-                    "worker_id": "wörker" if some else None,
-                    "started_at_ms": 1_790_000_000_100 if some else None,
-                    "finished_at_ms": 1_790_000_000_200 if some else None,
-                    "next_attempt_at_ms": None if some else 1_790_000_001_000,
-                    "trigger": trigger.value,
-                    "job_version": 1_780_000_000_123_456,
-                    "recorded_at_ms": 1_790_000_000_200,
-                }
-            )
-    return records + result_probes(MAX_READ_LONG_BYTES, int_max_attempts=True)

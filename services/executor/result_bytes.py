@@ -8,8 +8,8 @@ DueEvent's own bytes (:class:`~services.executor.due_view.DueView`), whose statu
 error and worker id are encoded once, and whose times are encoded once per millisecond
 (:class:`AvroClock`).
 
-Exact or unused: at start-up it encodes probe records covering every status, trigger and
-null/non-null union branch both ways, and the templates of probe views, and compares them
+Exact or unused: at start-up it encodes probe records derived from the schema
+(:mod:`streams.probe_records`: every status, trigger, union branch, extreme longs), and the templates of probe views, and compares them
 with ``Codec.encode``; if any differs (the writer schema changed), it uses the codec for
 every record instead. ``tests/services/executor/test_service_outcomes.py`` and
 ``test_due_view.py`` check the bytes against fastavro for random records.
@@ -28,8 +28,8 @@ from streams.avro_writer import generate_writer
 from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.exceptions import UnsupportedSchemaError
 from streams.fast_path import FastPath
+from streams.probe_records import probe_records as schema_probes
 from streams.records import Trigger
-from streams.result_probes import result_probes
 
 # The fields a template takes from a DueView, already encoded (execution_id..job_id as one).
 _FROM_VIEW: dict[str | tuple[str, str], str] = {
@@ -120,7 +120,8 @@ class ResultEncoder:
         """Do the encoder and the templates write the probes' bytes as the codec does? The
         templates are tried on views of DueEvents covering every trigger and extreme numbers."""
         codec, kind = self._codec, RecordKind.EXECUTION_RESULT
-        if any(self._encode(r) != codec.encode(kind, r) for r in _probes()):
+        probes = schema_probes(codec.writer_schema(kind), codec.bounds)
+        if any(self._encode(r) != codec.encode(kind, r) for r in probes):
             return False
         reader = DueReader(codec)
         for event in probe_records():
@@ -164,8 +165,3 @@ def _outcome(status: str, worker_id: str, *, finished: bool) -> dict[str, Any]:
     if not finished:
         fixed["finished_at_ms"] = None
     return fixed
-
-
-def _probes() -> list[dict[str, Any]]:
-    """Every status and trigger, every union branch, and the widest (10-byte) varints."""
-    return result_probes(max_varint_bytes=10)

@@ -24,6 +24,7 @@ from streams.codec import SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.exceptions import ConfigurationError, UnsupportedSchemaError
 from streams.fast_path import FastPath
 from streams.identity import execution_id
+from streams.probe_records import probe_records
 
 _EMPTY_ARRAY = b"\x00"
 _PROBE_EMITTED_MS = 1_780_000_000_123
@@ -65,8 +66,6 @@ def due_event_record(
     }
 
 
-_PRIORITIES = ("HIGH", "NORMAL", "LOW")
-_TRIGGERS = ("SCHEDULE", "MANUAL", "RETRY", "REPLAY", "DAG", "BACKFILL")
 # What the jobs of one kind share, encoded once per values (a bulk load's jobs share handler,
 # retry policy and tenant: a create then encodes only its ids and times).
 _SHARED_RUN = ("attempt", "tenant")
@@ -152,39 +151,28 @@ class DueEventBytes:
         return encoded[:-2]  # avro_long(0) and the empty history are one byte each
 
     def _layout_holds(self, prefix: Callable[[Mapping[str, Any]], bytes]) -> bool:
-        """Does ``prefix`` + tail equal the codec's bytes, for every priority and trigger, and
-        (generated) a first attempt's prefix the prefix of its record?"""
-        for priority in _PRIORITIES:
-            for trigger in _TRIGGERS:
-                job, probe = _probe(priority, trigger)
-                whole = self._codec.encode(RecordKind.DUE_EVENT, probe)
-                try:
-                    if whole != prefix(probe) + avro_long(_PROBE_EMITTED_MS) + _EMPTY_ARRAY:
+        """Does ``prefix`` + tail equal the codec's bytes, for DueEvents of every priority,
+        trigger and extreme value (the probe records of the schema), and (generated) a first
+        attempt's prefix of a Job's probes, for every trigger, the prefix of its record?"""
+        codec, kind = self._codec, RecordKind.DUE_EVENT
+        tail = avro_long(_PROBE_EMITTED_MS) + _EMPTY_ARRAY
+        try:
+            events = probe_records(codec.writer_schema(kind), codec.bounds)
+            for event in events:
+                probe = {**event, "emitted_at_ms": _PROBE_EMITTED_MS, "history": []}
+                if codec.encode(kind, probe) != prefix(probe) + tail:
+                    return False
+            if prefix is not self._prefix or self._first_attempt is None:
+                return True
+            jobs = probe_records(codec.writer_schema(RecordKind.JOB), codec.bounds)
+            for job in jobs:
+                for trigger in dict.fromkeys(event["trigger"] for event in events):
+                    exec_id = execution_id(job["job_id"], -1)
+                    record = due_event_record(job, -1, 2**40, trigger, _PROBE_EMITTED_MS, exec_id)
+                    whole = codec.encode(kind, record)
+                    first = self._first_attempt(job, exec_id, -1, 2**40, trigger)
+                    if first != whole[: -len(tail)]:
                         return False
-                    if prefix is self._prefix and self._first_attempt is not None:
-                        first = self._first_attempt(job, probe["execution_id"], -1, 2**40, trigger)
-                        if first != whole[: -len(avro_long(_PROBE_EMITTED_MS)) - 1]:
-                            return False
-                except (LookupError, AttributeError, TypeError, ValueError):
-                    return False  # fields the generated code does not have
+        except (LookupError, AttributeError, TypeError, ValueError):
+            return False  # fields the generated code does not have
         return True
-
-
-def _probe(priority: str, trigger: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    job = {
-        "job_id": "probe-é",
-        "version": 7,
-        "handler": "probe.handler",
-        "payload": b"\x00\x01",
-        "timeout_ms": 1000,
-        "priority": priority,
-        "retry": {
-            "max_attempts": 3,
-            "initial_backoff_ms": 1000,
-            "multiplier": 2.5,
-            "max_backoff_ms": 300_000,
-            "jitter_ratio": 0.1,
-        },
-        "tenant": "t",
-    }
-    return job, due_event_record(job, -1, 2**40, trigger, _PROBE_EMITTED_MS, "probe-é@-1")

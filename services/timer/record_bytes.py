@@ -10,22 +10,25 @@ defaults). The fields after ``memo_after`` are kept by their bytes when decoded 
 are longs (the decoder's ``memo_longs``: a herd's states share their times).
 
 Exact or unused: at construction it writes and reads probe records derived from the schema
-both ways, through ``make``, and turns itself off (``streams/fast_path.py`` says so) when the
-generated code and the codec disagree. Bytes of another fingerprint (a record written under
-an older schema), and bytes the generated decoder is not sure of, go to the codec, counted,
-which resolves versions and names any problem in its ``DecodeError``.
+(:mod:`streams.probe_records`) both ways, through ``make``, and turns itself off
+(``streams/fast_path.py`` says so) when the generated code and the codec disagree. Bytes of
+another fingerprint (a record written under an older schema), and bytes the generated decoder
+is not sure of, go to the codec, counted, which resolves versions and names any problem in
+its ``DecodeError``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
+from streams.avro_binary import MAX_READ_LONG_BYTES
 from streams.avro_reader import GeneratedReader, Memo, generate_reader
 from streams.avro_writer import GeneratedWriter, generate_writer
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.exceptions import ConfigurationError, UnsupportedSchemaError
 from streams.fast_path import FastPath
+from streams.probe_records import probe_records
 
 T = TypeVar("T")
 
@@ -114,9 +117,8 @@ class RecordBytes(Generic[T]):
         return result
 
     def _agrees_with_the_codec(self) -> bool:
-        named: Mapping[str, Any] = self.schema.get("__named_schemas", {})
-        for full in (False, True):
-            record = {f["name"]: _probe(f["type"], named, full) for f in self.schema["fields"]}
+        probes = probe_records(self.schema, self.codec.bounds, max_varint_bytes=MAX_READ_LONG_BYTES)
+        for record in probes:
             expected = self.codec.encode(self.kind, record)
             try:
                 probe = self.reader.from_record(record)
@@ -130,30 +132,3 @@ class RecordBytes(Generic[T]):
                 return False
         self.reader.clear()  # the probes' runs are no herd's
         return True
-
-
-def _probe(avro_type: Any, named: Mapping[str, Any], full: bool) -> Any:
-    """A value of ``avro_type`` in the codec's form: empty or null, or (``full``) set deep."""
-    if isinstance(avro_type, str) and avro_type in named:
-        avro_type = named[avro_type]
-    if isinstance(avro_type, list):
-        other = next(t for t in avro_type if t != "null")
-        return _probe(other, named, full) if full else None
-    kind = avro_type if isinstance(avro_type, str) else avro_type["type"]
-    samples: dict[str, tuple[Any, Any]] = {
-        "null": (None, None),
-        "boolean": (False, True),
-        "long": (0, -(2**40) - 3),
-        "string": ("", "é€ x"),
-        "bytes": (b"", b"\x00\xff\x80"),
-    }
-    if kind in samples:
-        return samples[kind][full]
-    if kind == "enum":
-        return avro_type["symbols"][-1 if full else 0]
-    if kind == "array":
-        items = avro_type["items"]
-        return [_probe(items, named, True), _probe(items, named, False)] if full else []
-    if kind == "record":
-        return {f["name"]: _probe(f["type"], named, full) for f in avro_type["fields"]}
-    raise ConfigurationError(f"no probe value for type {kind!r}")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
 from services.executor.due_view import DueReader
 from streams.codec import Codec, RecordKind
+from streams.fast_path import reads_as_the_codec
 from streams.job_reader import JobReader
 from streams.records import Job
 from tests.services.executor.test_service_kit import due_event
@@ -65,3 +68,26 @@ def test_the_due_reader_counts_records_with_a_history() -> None:
     assert reader.fast_path.fallbacks == 0
     assert reader.read(CODEC.encode(RecordKind.DUE_EVENT, retried)).record is not None
     assert reader.fast and reader.fast_path.fallbacks == 1
+
+
+def test_the_shared_proof_reads_each_probe_twice_in_two_rounds_and_any_difference_fails() -> None:
+    probes = [{"a": 1}, {"a": 2}, {"a": 3}]
+    reads: list[bytes] = []
+
+    def encode(record: Mapping[str, Any]) -> bytes:
+        return bytes([record["a"]])
+
+    def read(data: bytes) -> int:
+        reads.append(data)
+        return data[0]
+
+    assert reads_as_the_codec(probes, encode, lambda data: data[0], read)
+    assert reads == [b"\x01", b"\x01", b"\x02", b"\x02", b"\x03", b"\x03"] * 2
+    # A reader wrong on the second read of one probe (from its memo), or raising, is refused.
+    wrong_when_kept = iter([1, 1, 2, 99])
+    assert not reads_as_the_codec(probes, encode, lambda d: d[0], lambda d: next(wrong_when_kept))
+
+    def refuses(data: bytes) -> int:
+        raise ValueError("unsure")
+
+    assert not reads_as_the_codec(probes, encode, lambda data: data[0], refuses)
