@@ -8,11 +8,12 @@ DueEvent's own bytes (:class:`~services.executor.due_view.DueView`), whose statu
 error and worker id are encoded once, and whose times are encoded once per millisecond
 (:class:`AvroClock`).
 
-Exact or unused: at start-up it encodes probe records derived from the schema
-(:mod:`streams.probe_records`: every status, trigger, union branch, extreme longs), and the templates of probe views, and compares them
-with ``Codec.encode``; if any differs (the writer schema changed), it uses the codec for
-every record instead. ``tests/services/executor/test_service_outcomes.py`` and
-``test_due_view.py`` check the bytes against fastavro for random records.
+Exact or unused: at start-up it encodes probe records derived from the schemas
+(:mod:`streams.probe_records`: every status, trigger, union branch, extreme longs), and the
+templates of views of probe DueEvents, and compares them with ``Codec.encode``; if any
+differs (the writer schema changed), it uses the codec for every record instead.
+``tests/services/executor/test_service_outcomes.py`` and ``test_due_view.py`` check the bytes
+against fastavro for random records.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.executor.due_view import DueReader, DueView, probe_records
+from services.executor.due_view import DueReader, DueView
 from streams import clock
 from streams.avro_binary import avro_long
 from streams.avro_writer import generate_writer
@@ -124,7 +125,7 @@ class ResultEncoder:
         if any(self._encode(r) != codec.encode(kind, r) for r in probes):
             return False
         reader = DueReader(codec)
-        for event in probe_records():
+        for event in schema_probes(codec.writer_schema(RecordKind.DUE_EVENT), codec.bounds):
             view = reader.from_record(event, codec.encode(RecordKind.DUE_EVENT, event))
             echoed = {name: event[name] for name in _ECHOED}
             started, now = event["scheduled_for_ms"], event["emitted_at_ms"]
