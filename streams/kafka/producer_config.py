@@ -8,7 +8,7 @@ from typing import Any
 from streams.settings import KafkaSettings
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
-_PRODUCER_DEFAULTS = {"metadata.recovery.strategy": "none"}
+_PRODUCER_DEFAULTS = {"metadata.recovery.strategy": "none", "reconnect.backoff.max.ms": 1000}
 
 
 def producer_config(
@@ -27,6 +27,12 @@ def producer_config(
     it knew, and its group coordinator requests keep waiting for a decommissioned one
     (librdkafka #5511), so each ``send_offsets_to_transaction`` after a 15 s network cut got
     stuck. This producer bootstraps afresh by being replaced when it cannot reach the broker.
+
+    Reconnects at least once a second (``reconnect.backoff.max.ms``, librdkafka's default
+    10 s; the operator may set it back): after a 15 s cut, a timer's or dag processor's abort
+    waited for the transaction coordinator's connection up to 10 s after the network was
+    back, and the process took its partitions back 8.6-11.3 s after the heal (1.6-2.5 s
+    with 1 s).
     """
     base = {**_PRODUCER_DEFAULTS, **(defaults or {}), **settings.client_config()}
     base.update(

@@ -11,7 +11,11 @@ shows each run, by which executor and when.
 - latency: 200-500 ms each way for 20 s under the timer and the executor;
 - a cut longer than the group's session timeout under one of two executors: its partitions
   move to the other, come back after the heal, and only runs the cut one started but could
-  not commit run again.
+  not commit run again;
+- the same cut under one of two timers, and under one of two dag processors, each holding
+  partitions with fires or DAG runs in flight: every DueEvent, and every release on
+  ``dag-releases``, is committed once (``read_committed``), every execution has one final
+  outcome, and the cut process holds partitions again by itself after the heal.
 """
 
 from __future__ import annotations

@@ -311,3 +311,11 @@ def test_a_producer_does_not_rebootstrap(kafka_settings: KafkaSettings) -> None:
         update={"librdkafka": {"metadata.recovery.strategy": "rebootstrap"}}
     )
     assert producer_config(extras, "t", 1000)["metadata.recovery.strategy"] == "rebootstrap"
+
+
+def test_a_producer_tries_the_broker_again_within_a_second(kafka_settings: KafkaSettings) -> None:
+    """librdkafka backs off reconnecting up to 10 s: after a 15 s cut, the abort a processor
+    waited on left 7-10 s after the heal; the operator may still set it."""
+    assert producer_config(kafka_settings, "t", 1000)["reconnect.backoff.max.ms"] == 1000
+    extras = kafka_settings.model_copy(update={"librdkafka": {"reconnect.backoff.max.ms": 10_000}})
+    assert producer_config(extras, "t", 1000)["reconnect.backoff.max.ms"] == 10_000
