@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,6 +43,9 @@ from streams.exceptions import UnsupportedSchemaError
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _VARINT = rb"[\x80-\xff]{0,%d}[\x00-\x7f]" % (MAX_READ_LONG_BYTES - 1)
+# A varint as fastavro writes one: the shortest form (a last byte of 0 only alone), 64 bits.
+_CANONICAL_VARINT = rb"(?:[\x00-\x7f]|[\x80-\xff]{1,8}[\x01-\x7f]|[\x80-\xff]{9}\x01)"
+_CANONICAL_LONG_BYTES = 10
 _ONE_BYTE_INDICES = 64  # union branches and enum symbols whose index is written in one byte
 MEMO_ENTRIES = 4096
 """Bounds each memo of longs (a full memo starts over)."""
@@ -172,24 +175,37 @@ class ValueSource(SchemaSource):
 
     The lines use the locals ``data``, ``pos`` and ``size`` (``len(data)``) and names from
     :meth:`local`. ``memo_longs``: longs of more than two bytes are read through a memo
-    (see the module).
+    (see the module). ``enum_values``: by an enum's full name, the value of each symbol in
+    order (an index, a ``StrEnum`` member) read in place of the symbol. ``canonical``: every
+    varint (numbers, lengths, indices) only in the form fastavro writes (the shortest, of
+    up to 10 bytes: every 64-bit value), any other form refused, so that the bytes of a
+    value are what encoding it again gives (a reader that splices them into other records).
     """
 
     def __init__(
-        self, named: Mapping[str, Any], *, tuple_records: bool = False, memo_longs: bool = False
+        self,
+        named: Mapping[str, Any],
+        *,
+        tuple_records: bool = False,
+        memo_longs: bool = False,
+        enum_values: Mapping[str, Sequence[Any]] | None = None,
+        canonical: bool = False,
     ) -> None:
         super().__init__(named, tuple_records=tuple_records)
         self.memo_longs = memo_longs
+        self.enum_values = dict(enum_values or {})
+        self.canonical = canonical
+        self.long_bytes = _CANONICAL_LONG_BYTES if canonical else MAX_READ_LONG_BYTES
         self.env.update(
             {
-                "_long": read_long,
+                "_long": read_canonical_long if canonical else read_long,
                 "_zz": tuple((i >> 1) ^ -(i & 1) for i in range(0x80)),
                 "_len": tuple(i >> 1 if i < 0x80 and not i & 1 else -1 for i in range(0x100)),
                 "_fresh_copy": _fresh_copy_with_tuples if tuple_records else fresh_copy,
             }
         )
         if memo_longs:
-            self.env.update(_read_long_memo())
+            self.env.update(_read_long_memo(self.env["_long"]))
 
     # --- reading -----------------------------------------------------------------------
 
@@ -250,7 +266,8 @@ class ValueSource(SchemaSource):
         elif kind in ("string", "bytes"):
             self.read_sized(kind == "string", target, indent)
         elif kind == "enum":
-            self.read_enum(avro_type["symbols"], target, indent)
+            values = self.enum_values.get(str(avro_type["name"]))
+            self.read_enum(avro_type["symbols"], target, indent, values)
         elif kind == "union":
             self.read_union(avro_type, target, indent)
         elif kind == "record":
@@ -268,14 +285,13 @@ class ValueSource(SchemaSource):
             self.emit(indent, "    pos = _long(data, pos)[1]")
             return
         self.emit(indent, "b = data[pos]", "if b < 128:", f"    {target} = _zz[b]", "    pos += 1")
-        self.emit(indent, "elif data[pos + 1] < 128:", "    b = (b & 127) | data[pos + 1] << 7")
+        second = "0 < data[pos + 1] < 128" if self.canonical else "data[pos + 1] < 128"
+        self.emit(indent, f"elif {second}:", "    b = (b & 127) | data[pos + 1] << 7")
         self.emit(indent, f"    {target} = (b >> 1) ^ -(b & 1)", "    pos += 2", "else:")
         if not self.memo_longs:
             self.emit(indent, f"    {target}, pos = _long(data, pos)")
             return
-        self.emit(
-            indent, f"    w = data[pos : pos + {MAX_READ_LONG_BYTES}]", "    e = _reads.get(w)"
-        )
+        self.emit(indent, f"    w = data[pos : pos + {self.long_bytes}]", "    e = _reads.get(w)")
         self.emit(indent, "    if e is None:", "        e = _read_long(data, pos, w)")
         self.emit(indent, f"    {target} = e[0]", "    pos += e[1]")
 
@@ -292,28 +308,45 @@ class ValueSource(SchemaSource):
             self.emit(indent, f"{target} = {unpack}(data, pos)[0]")
         self.emit(indent, "pos = end")
 
-    def read_sized(self, text: bool, target: str | None, indent: str) -> None:
-        """A string (its UTF-8 checked even when dropped) or bytes; a short length inline."""
+    def read_sized(
+        self, text: bool, target: str | None, indent: str, *, content: str | None = None
+    ) -> None:
+        """A string (its UTF-8 checked even when dropped) or bytes; a short length inline.
+        ``content``: a local for the bytes of a string too (its UTF-8)."""
         self.emit(indent, "n = _len[data[pos]]", "if n < 0:")
         self.read_long("n", indent + "    ")
         self.emit(indent, "    if n < 0:", "        raise ValueError('negative length')")
         self.emit(indent, "else:", "    pos += 1", "end = pos + n", "if end > size:")
         self.emit(indent, "    raise ValueError('length past the end')")
         value = "data[pos:end].decode()" if text else "data[pos:end]"
+        if content is not None:
+            self.emit(indent, f"{content} = data[pos:end]")
+            value = f"{content}.decode()"
         if target is not None:
             self.emit(indent, f"{target} = {value}")
         elif text:
             self.emit(indent, value)
         self.emit(indent, "pos = end")
 
-    def read_enum(self, symbols: Sequence[str], target: str | None, indent: str) -> None:
-        """An index in one byte by table; any other form read as a long and checked."""
+    def read_enum(
+        self,
+        symbols: Sequence[str],
+        target: str | None,
+        indent: str,
+        values: Sequence[Any] | None = None,
+    ) -> None:
+        """An index in one byte by table; any other form read as a long and checked. The
+        value is the symbol, or ``values[index]`` (``enum_values``: not None, one a symbol)."""
         count = len(symbols)
-        table: list[str | None] = [None] * 0x100
-        for i, symbol in enumerate(symbols[:_ONE_BYTE_INDICES]):
-            table[2 * i] = symbol
+        if values is None:
+            values = symbols
+        elif len(values) != count or any(value is None for value in values):
+            raise UnsupportedSchemaError(f"enum values {values!r} for symbols {symbols!r}")
+        table: list[Any] = [None] * 0x100
+        for i, value in enumerate(values[:_ONE_BYTE_INDICES]):
+            table[2 * i] = value
         by_byte = self.constant("enum", tuple(table))
-        by_index = self.constant("symbols", tuple(symbols))
+        by_index = self.constant("symbols", tuple(values))
         value = target or "x"
         self.emit(indent, f"{value} = {by_byte}[data[pos]]", f"if {value} is None:")
         self.emit(indent, "    n, pos = _long(data, pos)", f"    if not 0 <= n < {count}:")
@@ -383,7 +416,7 @@ class ValueSource(SchemaSource):
         if kind == "boolean":
             return b"[" + _escaped(0, 1) + b"]"
         if kind in ("int", "long"):
-            return _VARINT
+            return _CANONICAL_VARINT if self.canonical else _VARINT
         if kind in ("float", "double", "fixed"):
             width = {"float": 4, "double": 8}.get(kind) or int(avro_type["size"])
             return b"[\\x00-\\xff]{%d}" % width
@@ -449,13 +482,37 @@ def _fresh_copy_with_tuples(value: Any) -> Any:
     return value
 
 
-def _read_long_memo() -> dict[str, Any]:
+def read_canonical_long(data: bytes, pos: int) -> tuple[int, int]:
+    """The Avro long at ``pos`` and the position after it, if written as fastavro writes it
+    (the shortest form, at most 10 bytes); raises ``ValueError`` for any other form and
+    ``IndexError`` when ``data`` ends inside it."""
+    byte = data[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    value = byte & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if byte == 0 or (shift == 63 and byte != 1):
+                raise ValueError("varint not in its shortest form, or past 64 bits")
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _read_long_memo(read: Callable[[bytes, int], tuple[int, int]]) -> dict[str, Any]:
     """A memo of (value, length) by the bytes a varint can span, and what reads a varint
-    into it (the generated code looks the window up first: no call when it is there)."""
+    into it with ``read`` (the generated code looks the window up first: no call when it is
+    there)."""
     memo: dict[bytes, tuple[int, int]] = {}
 
     def read_long_into(data: bytes, pos: int, window: bytes) -> tuple[int, int]:
-        value, end = read_long(data, pos)  # raises for what it cannot read
+        value, end = read(data, pos)  # raises for what it cannot read
         if len(memo) >= MEMO_ENTRIES:
             memo.clear()
         known = memo[window] = (value, end - pos)

@@ -489,3 +489,115 @@ def test_what_the_tuple_form_cannot_convert_is_refused(schema: dict[str, Any]) -
     """A union of a record and more than null (which branch is a dict?), and recursion."""
     with pytest.raises(UnsupportedSchemaError):
         generate_reader(parsed(schema), tuple_records=True)
+
+
+# --- runs inside runs, and values derived from the bytes (the executor's DueEvent view) -----
+
+DUE = "due_event.v1.avsc"
+_PRIORITY_VALUES = (10, 11, 12)
+
+
+def _due_reader() -> GeneratedReader:
+    """A decoder of the form services/executor/due_view.py asks for: the tail after the ids
+    kept as one run around three smaller ones, raw spans, UTF-8 bytes, the data itself."""
+    return generate_reader(
+        SCHEMAS[DUE],
+        fields=["job_id", "key", "raw_ids", "job_version", "raw_version", "priority", "data", "no"],
+        memos=[
+            Memo("job_version", "history", last_only=True),
+            Memo("scheduled_for_ms", "attempt"),
+            Memo("handler", "tenant"),
+            Memo("emitted_at_ms", "emitted_at_ms"),
+        ],
+        raw={"raw_ids": ("execution_id", "job_id"), "raw_version": ("job_version", "job_version")},
+        utf8={"key": "job_id"},
+        data_as="data",
+        constants={"no": None},
+        enum_values={"kafkron.Priority": _PRIORITY_VALUES},
+        require={"history": b"\x00"},
+        canonical=True,
+    )
+
+
+def _due_expected(record: dict[str, Any], body: bytes) -> tuple[Any, ...]:
+    symbols = SCHEMAS[DUE]["fields"][9]["type"]["symbols"]
+    return (
+        record["job_id"],
+        record["job_id"].encode(),
+        avro_string(record["execution_id"]) + avro_string(record["job_id"]),
+        record["job_version"],
+        avro_long(record["job_version"]),
+        _PRIORITY_VALUES[symbols.index(record["priority"])],
+        body,
+        None,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(_records(DUE), min_size=1, max_size=3),
+    versions=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=2, max_size=4),
+)
+def test_a_per_record_field_defeats_the_outer_run_alone(
+    records: list[dict[str, Any]], versions: list[int]
+) -> None:
+    """Records that differ in job_version alone (a herd's fires of distinct jobs) read from
+    the runs inside the tail; raw spans are the values encoded again (canonical varints of
+    up to 10 bytes read; others left to the codec); a non-empty history is left to it."""
+    reader = _due_reader()
+    for record in records:
+        for version in versions:
+            event = {**record, "job_version": version}
+            body = _encoded(DUE, event)
+            got = _read(reader, body)
+            if event["history"]:
+                assert got == FELL_BACK
+            else:
+                assert _same(got, _due_expected(event, body))
+    # The tail's last run alone; the inner runs once per record, not per version.
+    assert not reader.memos[0].entries
+    assert all(len(memo.entries) <= len(records) for memo in reader.memos[1:])
+    with pytest.raises(ConfigurationError, match="derived"):
+        reader.from_record({})
+
+
+def test_a_varint_not_as_fastavro_writes_it_is_left_to_the_codec() -> None:
+    """Equal values, other bytes: a raw span must be what encoding the value gives."""
+    event = {
+        "execution_id": "e", "job_id": "j", "job_version": 5, "scheduled_for_ms": -(2**63),
+        "fire_at_ms": 1, "attempt": 1, "handler": "h", "payload": b"", "timeout_ms": 1,
+        "priority": "LOW", "trigger": "SCHEDULE", "tenant": "t", "emitted_at_ms": 9,
+        "retry": {"max_attempts": 1, "initial_backoff_ms": 1, "multiplier": 1.0,
+                  "max_backoff_ms": 1, "jitter_ratio": 0.0},
+        "history": [],
+    }  # fmt: skip
+    body = _encoded(DUE, event)
+    reader = _due_reader()
+    assert _same(reader.read(body), _due_expected(event, body))  # -2**63: 10 bytes, read
+    at = 1 + 1 + 1 + 1  # "e", "j" with their lengths: job_version's one byte (10, zig-zag)
+    assert body[at] == 10
+    longer = body[:at] + b"\x8a\x00" + body[at + 1 :]  # 5 again, in two bytes
+    assert _reference(DUE, longer, None) != REFUSED  # fastavro reads it
+    assert _read(reader, longer) == FELL_BACK
+    plain = generate_reader(SCHEMAS[DUE])  # not canonical: the value is what counts
+    shorter = {**event, "scheduled_for_ms": 1}
+    body = _encoded(DUE, shorter)
+    longer = body[:at] + b"\x8a\x00" + body[at + 1 :]
+    assert _same(plain.read(longer), shorter) and _same(plain.read(body), shorter)
+
+
+def test_derived_values_must_fit_the_memos_and_fields() -> None:
+    schema = SCHEMAS[DUE]
+    with pytest.raises(ConfigurationError, match="straddles"):
+        generate_reader(
+            schema,
+            fields=["r"],
+            memos=[Memo("scheduled_for_ms", "attempt")],
+            raw={"r": ("job_version", "fire_at_ms")},
+        )
+    with pytest.raises(ConfigurationError, match="not a string"):
+        generate_reader(schema, fields=["u"], utf8={"u": "attempt"})
+    with pytest.raises(ConfigurationError, match="required encoding"):
+        generate_reader(schema, fields=["history"], require={"history": b"\x00"})
+    with pytest.raises(ConfigurationError, match="among fields"):
+        generate_reader(schema, data_as="d")
