@@ -11,7 +11,8 @@ tenant, microseconds) and written in the drain's transaction with the fires it p
 travels with the partition to its next owner and survives a restart, so fires waiting at
 their slots and new reservations never overlap.
 
-``throttle.py`` uses the slot. An aborted transaction leaves the clock in memory ahead of
+``throttle.py`` uses the slot; this object also holds the in-flight limits
+(``in_flight.py``). An aborted transaction leaves the clock in memory ahead of
 the stored one: slots are then given later than needed (never sooner) until the partition
 is revoked or the process restarts.
 """
@@ -23,6 +24,8 @@ import struct
 from collections import Counter
 from collections.abc import Mapping
 from typing import Protocol
+
+from services.timer.in_flight import InFlightLimits
 
 CLOCK_PREFIX = b"\xfftenant-clock."
 """In the ``jobs`` store, followed by the tenant's UTF-8 name; ``\\xff`` starts no job id."""
@@ -42,7 +45,12 @@ class _Store(Protocol):
 class TenantLimits:
     """The executions/s limit of each tenant, split per partition, and the clocks keeping it."""
 
-    def __init__(self, executions_per_s: Mapping[str, float], partitions: int) -> None:
+    def __init__(
+        self,
+        executions_per_s: Mapping[str, float],
+        partitions: int,
+        in_flight: Mapping[str, int] | None = None,
+    ) -> None:
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self._interval_us: dict[str, int] = {}
@@ -52,7 +60,10 @@ class TenantLimits:
             # Rounded up: the slots of all partitions never sum to more than the limit.
             self._interval_us[tenant] = math.ceil(partitions * 1_000_000 / rate)
         self._default_us = self._interval_us.pop(DEFAULT_TENANT, None)
+        # Runs in flight per tenant (``in_flight.py``); either kind of limit makes this active.
+        self.in_flight = InFlightLimits(in_flight or {}, partitions)
         self.active = bool(self._interval_us) or self._default_us is not None
+        self.active = self.active or self.in_flight.active
         # (partition, tenant) -> next free slot, us; the stored clock, read once.
         self._next_us: dict[tuple[int, str], int] = {}
         self._dirty: set[tuple[int, str]] = set()

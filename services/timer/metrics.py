@@ -106,3 +106,18 @@ class TimerCollector:
             ["tenant"],
             {(tenant,): n for tenant, n in dict(limits.held).items()},
         )
+        in_flight = limits.in_flight
+        yield gauge_family(
+            "kafkron_timer_tenant_in_flight",
+            "Runs emitted under the tenant's in-flight limit and not finished, over the "
+            "partitions this timer counted.",
+            ["tenant"],
+            {(tenant,): n for tenant, n in in_flight.in_flight().items()},
+        )
+        yield gauge_family(
+            "kafkron_timer_tenant_parked",
+            "DueEvents parked by this timer until a run of the tenant finishes, less those "
+            "let out (a rebalance moves some to other timers).",
+            ["tenant"],
+            {(tenant,): n for tenant, n in dict(in_flight.parked).items()},
+        )

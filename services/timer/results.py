@@ -14,6 +14,9 @@ Two shortcuts serve nearly every result, each exactly what :func:`apply_to_state
 a STARTED the timer already knows of changes nothing (``started_is_known``), and the final
 result of a one-off fired from its fast entry re-encodes the stored tail without building a
 state (``complete_fired_one_off``).
+
+While an in-flight limit is configured, a final result first frees its execution's run of
+its tenant and lets a parked fire out (``throttle.finish_run``, ``in_flight.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from services.timer.state import (
     save_state,
     started_is_known,
 )
+from services.timer.throttle import finish_run
 from streams.result_reader import ResultFields
 
 _FINAL = frozenset(
@@ -39,6 +43,8 @@ def apply_result(scope: Scope, job_id: bytes, result: ResultFields) -> None:
     """Apply one ExecutionResult of ``job_id`` (the fields the timer reads of it)."""
     status = result.status
     tick_ms = result.scheduled_for_ms
+    if status in _FINAL and scope.env.tenant_limits.in_flight.active:
+        finish_run(scope, job_id, tick_ms)  # a run of its tenant is free (``in_flight.py``)
     if status == "STARTED":
         if started_is_known(scope, job_id, tick_ms):
             return

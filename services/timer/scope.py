@@ -147,6 +147,11 @@ class TimerEnv:
                     if limit.executions_per_s is not None
                 },
                 settings.kafka.partitions,
+                {
+                    tenant: limit.in_flight
+                    for tenant, limit in settings.tenant_limits.items()
+                    if limit.in_flight is not None
+                },
             ),
         )
 

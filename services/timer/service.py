@@ -114,6 +114,7 @@ class TimerHooks:
         self.env.fire_stats.backlog_ms.pop(partition, None)
         self.env.tenant_ranks.forget(partition)
         self.env.tenant_limits.forget(partition)
+        self.env.tenant_limits.in_flight.forget(partition)
 
     def _note_backlog(self, scope: Scope, partition: int, now_ms: int) -> None:
         """After a drain: how long the oldest due entry it left unfired has been due."""

@@ -24,6 +24,9 @@ class TenantLimit(BaseModel):
 
     # Fires per second across the whole timer group (``limits.py``); None: no limit.
     executions_per_s: float | None = Field(default=None, gt=0)
+    # Runs emitted and not finished across the group (``in_flight.py``: max(1, N // P) per
+    # partition of ``jobs``); None: no limit.
+    in_flight: int | None = Field(default=None, ge=1)
 
 
 class TimerSettings(BaseSettings):
@@ -105,8 +108,8 @@ class TimerSettings(BaseSettings):
     # instant reads it; weights below 1 are refused.
     tenant_weights: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
     # Per-tenant limits as JSON, "*" for every tenant not named, e.g.
-    # KAFKRON_TIMER_TENANT_LIMITS='{"*": {"executions_per_s": 500}, "batch":
-    # {"executions_per_s": 50}}'. Each limit is split evenly over the ``kafka.partitions``
+    # KAFKRON_TIMER_TENANT_LIMITS='{"*": {"executions_per_s": 500, "in_flight": 200},
+    # "batch": {"executions_per_s": 50}}'. Each limit is split evenly over the ``kafka.partitions``
     # partitions of ``jobs`` and kept per partition by the drain (``limits.py``), so it
     # holds for the whole group. Empty: no limit, and the fire path is unchanged.
     tenant_limits: dict[str, TenantLimit] = Field(default_factory=dict)

@@ -11,8 +11,14 @@ partition, is read once, and no drain scans it before then. The delay is on the 
 scheduled_for_ms``); the execution id derives from job and tick, so a held fire is the
 execution it would have been. Retries (the executor's next attempts) are not counted.
 
-A held fire of a job cancelled or deleted meanwhile ends CANCELLED, as a retry does; one an
-overlap REPLACE cancelled (no longer in flight) is dropped: its CANCELLED is recorded.
+A tenant with an in-flight limit (``in_flight.py``) has its DueEvent, at its slot, emitted
+only while it has a run free in the partition; else it is parked in the partition's store,
+and the final result of one of the tenant's runs lets the oldest parked one out, in that
+result's transaction (:func:`finish_run`).
+
+A held or parked fire of a job cancelled or deleted meanwhile ends CANCELLED, as a retry
+does; one an overlap REPLACE cancelled (no longer in flight) is dropped: its CANCELLED is
+recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from typing import Any
 
 from services.timer import keys
 from services.timer.due_bytes import due_event_record
+from services.timer.in_flight import park_key as in_flight_park_key
+from services.timer.in_flight import park_prefix, parked_job_and_tick
 from services.timer.scope import PRIORITY_INDEX, Scope
 from services.timer.state import load_state
 from services.timer.wheel import place_ms
@@ -38,11 +46,8 @@ def emit_limited(
     """Emit the DueEvent of ``tick_ms`` (due at ``fire_ms``) at its tenant's next slot."""
     limits = scope.env.tenant_limits
     tenant: str = job["tenant"]
-    if limits.interval_us(tenant) is None:
-        scope.emit_due(job, tick_ms, fire_ms, trigger)
-        return
-    slot_ms = limits.reserve(scope.jobs, scope.partition, tenant, fire_ms)
-    if slot_ms <= scope.horizon_ms:
+    slot_ms = limits.reserve(scope.jobs, scope.partition, tenant, fire_ms)  # or fire_ms
+    if slot_ms <= scope.horizon_ms and limits.in_flight.share(tenant) is None:
         scope.emit_due(job, tick_ms, slot_ms, trigger)
         return
     exec_id = execution_id(job["job_id"], tick_ms)
@@ -50,26 +55,71 @@ def emit_limited(
     value = bytes([PRIORITY_INDEX[job["priority"]]]) + scope.env.codec.encode(
         RecordKind.DUE_EVENT, record
     )
+    job_id = job["job_id"].encode()
+    if slot_ms <= scope.horizon_ms:
+        emit_or_park(scope, tenant, job_id, tick_ms, slot_ms, value)
+        return
     key_ms = place_ms(scope, slot_ms)  # the slot: always after the running scan's bound
-    scope.wheel.set(keys.held_key(key_ms, job["job_id"].encode(), tick_ms), value)
+    scope.wheel.set(keys.held_key(key_ms, job_id, tick_ms), value)
     limits.held[tenant] += 1
 
 
-def fire_held(scope: Scope, key: bytes, value: bytes) -> None:
-    """Emit a held DueEvent (its ``emitted_at_ms`` now), or its CANCELLED outcome."""
-    parsed = keys.parse_key(key)
-    scope.wheel.delete(key)
-    due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[1:])
-    state = load_state(scope, parsed.job_id)
-    if state is not None and state.status not in ("CANCELLED", "COMPLETED"):
-        in_flight = parsed.tick_ms in state.running
-        if not in_flight and len(state.running) < scope.env.max_running_per_job:
-            return  # an overlap REPLACE cancelled it (its CANCELLED is recorded)
-        due["emitted_at_ms"] = scope.now_ms
-        data = scope.env.codec.encode(RecordKind.DUE_EVENT, due)
-        scope.emit_raw(scope.env.due_topics[value[0]], parsed.job_id, data)
-        scope.env.fire_stats.add(due["trigger"], scope.now_ms - due["fire_at_ms"])
+def emit_or_park(
+    scope: Scope, tenant: str, job_id: bytes, tick_ms: int, fire_at_ms: int, value: bytes
+) -> None:
+    """Emit a DueEvent (``value``: priority index and bytes) when its tenant has a run free
+    under its in-flight limit, else park it (``in_flight.py``)."""
+    in_flight = scope.env.tenant_limits.in_flight
+    if in_flight.admit(scope.jobs, scope.partition, tenant, job_id, tick_ms):
+        _emit(scope, job_id, value)
         return
+    scope.jobs.set(in_flight_park_key(tenant, fire_at_ms, tick_ms, job_id), value)
+    in_flight.parked[tenant] += 1
+
+
+def finish_run(scope: Scope, job_id: bytes, tick_ms: int) -> None:
+    """A final result of ``tick_ms``: free its run and let the tenant's oldest parked
+    DueEvent out (one of a job still active; a cancelled or deleted one's ends CANCELLED)."""
+    in_flight = scope.env.tenant_limits.in_flight
+    tenant = in_flight.finish(scope.jobs, scope.partition, job_id, tick_ms)
+    if tenant is None:
+        return
+    start = park_prefix(tenant)
+    while True:
+        parked = scope.jobs.iter_range(start, start[:-1] + b"\x01", 1)
+        if not parked:
+            return
+        key, value = parked[0]
+        scope.jobs.delete(key)
+        in_flight.parked[tenant] -= 1
+        parked_job, parked_tick = parked_job_and_tick(key, tenant)
+        if _still_wanted(scope, parked_job, parked_tick, value):
+            if in_flight.admit(scope.jobs, scope.partition, tenant, parked_job, parked_tick):
+                _emit(scope, parked_job, value)
+                in_flight.released[tenant] += 1
+            else:  # the share shrank meanwhile: back in its place
+                scope.jobs.set(key, value)
+                in_flight.parked[tenant] += 1
+            return
+
+
+def _emit(scope: Scope, job_id: bytes, value: bytes) -> None:
+    """Emit a DueEvent built ahead (its ``emitted_at_ms`` set to now)."""
+    due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[1:])
+    due["emitted_at_ms"] = scope.now_ms
+    data = scope.env.codec.encode(RecordKind.DUE_EVENT, due)
+    scope.emit_raw(scope.env.due_topics[value[0]], job_id, data)
+    scope.env.fire_stats.add(due["trigger"], scope.now_ms - due["fire_at_ms"])
+
+
+def _still_wanted(scope: Scope, job_id: bytes, tick_ms: int, value: bytes) -> bool:
+    """True when a waiting DueEvent of ``tick_ms`` should go out; else its outcome is
+    recorded (CANCELLED: job cancelled or deleted) or was (an overlap REPLACE)."""
+    state = load_state(scope, job_id)
+    if state is not None and state.status not in ("CANCELLED", "COMPLETED"):
+        in_flight = tick_ms in state.running
+        return in_flight or len(state.running) >= scope.env.max_running_per_job
+    due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[1:])
     scope.emit_outcome(
         due["job_id"],
         due["scheduled_for_ms"],
@@ -78,3 +128,19 @@ def fire_held(scope: Scope, key: bytes, value: bytes) -> None:
         trigger=due["trigger"],
         job_version=due["job_version"],
     )
+    return False
+
+
+def fire_held(scope: Scope, key: bytes, value: bytes) -> None:
+    """Emit a held DueEvent (its ``emitted_at_ms`` now; parked when its tenant is at its
+    in-flight limit), or record its CANCELLED outcome."""
+    parsed = keys.parse_key(key)
+    scope.wheel.delete(key)
+    assert parsed.tick_ms is not None
+    if not _still_wanted(scope, parsed.job_id, parsed.tick_ms, value):
+        return
+    if not scope.env.tenant_limits.in_flight.active:
+        _emit(scope, parsed.job_id, value)
+        return
+    due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[1:])
+    emit_or_park(scope, due["tenant"], parsed.job_id, parsed.tick_ms, due["fire_at_ms"], value)

@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.timer import keys
+from services.timer.in_flight import PARK_PREFIX, RUN_PREFIX, InFlightLimits
 from services.timer.limits import CLOCK_PREFIX, TenantLimits
 from services.timer.metrics import TimerCollector
 from services.timer.settings import TimerSettings
@@ -246,3 +247,106 @@ def test_without_limits_nothing_changes_and_the_metrics_name_each_tenant() -> No
     assert samples[("kafkron_timer_tenant_throttle_delay_seconds_total", "a")] == pytest.approx(1.0)
     assert ("kafkron_timer_tenant_throttled_total", "b") not in samples
     assert keys.due_bound(T0) > keys.pack_ms(T0)
+
+
+# --- in-flight limits ------------------------------------------------------------------------
+
+IN_FLIGHT = {"a": {"in_flight": 24}}  # 2 runs in flight per partition
+
+
+def test_in_flight_shares_split_over_the_partitions_with_one_at_least() -> None:
+    limits = InFlightLimits({"a": 24, "small": 5, "*": 120}, PARTITIONS)
+    assert (limits.share("a"), limits.share("small"), limits.share("zz")) == (2, 1, 10)
+    assert InFlightLimits({"a": 24}, PARTITIONS).share("b") is None
+    assert not InFlightLimits({}, PARTITIONS).active
+
+
+def parked_keys(timer: Timer) -> list[bytes]:
+    return [k for k in timer.jobs.data if k.startswith(PARK_PREFIX)]
+
+
+def finish(timer: Timer, job_id: str, now_ms: int) -> None:
+    """The execution of ``job_id``'s one pending tick starts and succeeds."""
+    [tick_ms] = {d["scheduled_for_ms"] for d in timer.dues() if d["job_id"] == job_id}
+    timer.result(job_id, tick_ms, "STARTED", now_ms)
+    timer.result(job_id, tick_ms, "SUCCEEDED", now_ms + 1)
+
+
+def test_a_tenant_at_its_in_flight_share_parks_and_each_finish_lets_the_oldest_out() -> None:
+    timer = Timer(tenant_limits=IN_FLIGHT)
+    for i in range(6):  # fire times 0, 10, ... 50 ms after T0: the park keeps that order
+        timer.submit(one_off(f"a-{i}", T0 + 10 * i, tenant="a"), T0 - 5_000)
+    for i in range(3):
+        timer.submit(one_off(f"b-{i}", T0, tenant="b"), T0 - 5_000)
+    timer.run(T0, T0 + 100, 10)
+    fired = [d["job_id"] for d in timer.dues()]
+    assert sorted(fired) == ["a-0", "a-1", "b-0", "b-1", "b-2"]  # b has no limit
+    assert len(parked_keys(timer)) == 4
+    assert timer.env.tenant_limits.in_flight.in_flight() == {"a": 2}
+    finish(timer, "b-0", T0 + 200)  # another tenant's finish frees none of a's runs
+    assert len(timer.dues()) == 5
+    finish(timer, "a-1", T0 + 300)
+    assert [d["job_id"] for d in timer.dues()][5:] == ["a-2"]
+    assert timer.dues()[-1]["emitted_at_ms"] == T0 + 301  # in the finishing result's scope
+    finish(timer, "a-1", T0 + 310)  # a duplicate result frees nothing
+    assert len(timer.dues()) == 6
+    for step, job_id in enumerate(["a-0", "a-2", "a-3"]):
+        finish(timer, job_id, T0 + 400 + step * 10)
+    assert [d["job_id"] for d in timer.dues()][6:] == ["a-3", "a-4", "a-5"]
+    assert not parked_keys(timer)
+    assert Counter(d["execution_id"] for d in timer.dues()).most_common(1)[0][1] == 1
+    for job_id in ("a-4", "a-5"):
+        finish(timer, job_id, T0 + 600)
+    assert timer.env.tenant_limits.in_flight.in_flight() == {"a": 0}
+    assert not [k for k in timer.jobs.data if k.startswith(RUN_PREFIX)]
+
+
+def test_parked_fires_and_counts_survive_a_restart() -> None:
+    timer = Timer(tenant_limits=IN_FLIGHT)
+    for i in range(4):
+        timer.submit(one_off(f"a-{i}", T0 + i, tenant="a"), T0 - 5_000)
+    timer.run(T0, T0 + 50, 10)
+    assert len(timer.dues()) == 2
+    restarted = Timer(tenant_limits=IN_FLIGHT)  # fresh memory, the same stores
+    restarted.jobs, restarted.wheel, restarted.out = timer.jobs, timer.wheel, timer.out
+    restarted.run(T0 + 60, T0 + 100, 10)
+    assert len(restarted.dues()) == 2  # still at its share: the stored count says so
+    finish(restarted, "a-0", T0 + 200)
+    finish(restarted, "a-1", T0 + 210)
+    assert [d["job_id"] for d in restarted.dues()] == ["a-0", "a-1", "a-2", "a-3"]
+
+
+def test_a_parked_fire_of_a_cancelled_job_ends_cancelled_and_the_next_goes_out() -> None:
+    timer = Timer(tenant_limits={"a": {"in_flight": 12}})  # 1 per partition
+    for i in range(3):
+        timer.submit(one_off(f"a-{i}", T0 + i, tenant="a"), T0 - 5_000)
+    timer.run(T0, T0 + 50, 10)
+    timer.submit(one_off("a-1", T0 + 1, version=2, tenant="a", status="CANCELLED"), T0 + 60)
+    finish(timer, "a-0", T0 + 100)
+    assert [d["job_id"] for d in timer.dues()] == ["a-0", "a-2"]
+    cancelled = [r for r in timer.results() if r["status"] == "CANCELLED"]
+    assert [r["job_id"] for r in cancelled] == ["a-1"]
+    assert timer.env.tenant_limits.in_flight.in_flight() == {"a": 1}
+
+
+def test_both_limits_a_held_fire_at_its_slot_waits_for_a_free_run() -> None:
+    timer = Timer(tenant_limits={"a": {"executions_per_s": 120, "in_flight": 12}})
+    submit_herd(timer, 3, 0)
+    timer.run(T0, T0 + 500, 10)
+    assert [d["job_id"] for d in timer.dues()] == ["a-0000"]  # slots at +100, +200 passed
+    assert len(parked_keys(timer)) == 2 and not held_keys(timer)
+    finish(timer, "a-0000", T0 + 600)
+    finish(timer, "a-0001", T0 + 700)
+    dues = timer.dues()
+    assert [d["job_id"] for d in dues] == ["a-0000", "a-0001", "a-0002"]
+    assert [d["fire_at_ms"] for d in dues] == [T0, T0 + 100, T0 + 200]  # the slots kept
+
+
+def test_in_flight_limits_are_read_from_json_and_zero_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KAFKRON_TIMER_TENANT_LIMITS", '{"*": {"in_flight": 200}}')
+    assert TimerSettings().tenant_limits["*"].in_flight == 200
+    monkeypatch.setenv("KAFKRON_TIMER_TENANT_LIMITS", '{"batch": {"in_flight": 0}}')
+    with pytest.raises(ValidationError, match="batch"):
+        TimerSettings()

@@ -136,3 +136,64 @@ def test_a_limited_tenant_fires_at_its_rate_once_each_across_a_timer_kill(
     }
     a_late = sorted(v for j, v in started.items() if j.startswith(f"{PREFIX}a-"))
     assert a_late[-1] >= latest_a - instant_ms - 50
+
+
+@pytest.mark.timeout(240)
+def test_a_tenant_at_its_in_flight_limit_never_runs_more_and_every_job_runs_once(
+    topics: KafkaSettings, tmp_path: Path
+) -> None:
+    """A limited to one run in flight per partition (``in_flight`` = P), B unlimited: in
+    each partition A's runs (started..finished, from the outcomes) never overlap, and every
+    job runs once; parked fires are let out by the results alone."""
+    share_in_flight = topics.partitions  # max(1, P // P) = 1 per partition
+    env = {"KAFKRON_TIMER_TENANT_LIMITS": json.dumps({"a": {"in_flight": share_in_flight}})}
+    timer = TimerProcess(topics, f"timer-inflight-{uuid.uuid4().hex[:4]}", tmp_path, **env)
+    executor = ExecutorChild(topics, "inflight-executor", tmp_path, **EXECUTOR_ENV)
+    results = None
+    a_jobs, b_jobs = 60, 20
+    try:
+        timer.start()
+        executor.start()
+        results = ResultLog(topics, prefix=PREFIX)
+        wait_until_serving(topics, results, timeout_s=120)
+        created = now_ms()
+        instant_ms = created + 5_000
+        records = [
+            job_record(f"{PREFIX}{tenant}-{i:04d}", created, run_at_ms=instant_ms, tenant=tenant)
+            | {"handler": HANDLER}
+            for tenant, count in (("a", a_jobs), ("b", b_jobs))
+            for i in range(count)
+        ]
+        produce_jobs(topics, records)
+        tally = results.wait_all_succeeded(a_jobs + b_jobs, timeout_s=120)
+        dues = _read_due(topics, a_jobs + b_jobs, timeout_s=30)
+    finally:
+        if results is not None:
+            results.close()
+        executor.stop(timeout_s=60)
+        timer.stop(timeout_s=60)
+
+    job_ids = {r["job_id"] for r in records}
+    assert tally.succeeded_jobs == Counter(dict.fromkeys(job_ids, 1))
+    assert Counter(d["job_id"] for d in dues) == Counter(dict.fromkeys(job_ids, 1))
+    partition_of = {d["job_id"]: d["partition"] for d in dues}
+    runs: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for value in results.values:
+        result = CODEC.decode(RecordKind.EXECUTION_RESULT, value)
+        if result["status"] == "SUCCEEDED" and result["job_id"].startswith(f"{PREFIX}a-"):
+            span = (result["started_at_ms"], result["finished_at_ms"])
+            runs[partition_of[result["job_id"]]].append(span)
+    assert sum(map(len, runs.values())) == a_jobs
+    emitted: dict[int, list[int]] = defaultdict(list)
+    for due in dues:
+        if due["tenant"] == "a":
+            emitted[due["partition"]].append(due["emitted_at_ms"])
+    for partition, spans in runs.items():
+        spans.sort()
+        for (_, finished), (started, _) in itertools.pairwise(spans):
+            assert started >= finished, (partition, spans)  # one A run at a time
+        # The timer let each A fire out only after the run before it had finished (without
+        # the limit all of them go out at the instant, before any finishes).
+        finished_ms = sorted(finished for _, finished in spans)
+        for k, emitted_ms in enumerate(sorted(emitted[partition])[1:]):
+            assert emitted_ms >= finished_ms[k], (partition, k)
