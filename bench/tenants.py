@@ -17,12 +17,14 @@ ratios (on / off) are the result; every execution must have exactly one SUCCEEDE
 ``--limit RATE`` compares per-tenant limits instead (``services/timer/limits.py``): runs
 alternate between tenant A limited to RATE executions/s (``KAFKRON_TIMER_TENANT_LIMITS``)
 and no limit, weighted draining on in both; the ratios are limited / unlimited, and A's
-drain time against A / RATE says whether the limit held.
+drain time against A / RATE says whether the limit held. ``--in-flight N`` limits A's runs
+in flight instead (or as well: ``services/timer/in_flight.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -130,10 +132,13 @@ class TenantFigures:
     duplicates: int
     intake_spare_s: float
     due: DuePositions
+    in_flight: int | None = None  # tenant A's in-flight limit, None: no limit
 
     def line(self) -> str:
         b, a = self.b_late_ms, self.a_late_ms
-        limit = f"A limited to {self.limit_per_s:g}/s" if self.limit_per_s else "no limit"
+        limits = [f"{self.limit_per_s:g}/s"] if self.limit_per_s else []
+        limits += [f"{self.in_flight} in flight"] if self.in_flight else []
+        limit = f"A limited to {', '.join(limits)}" if limits else "no limit"
         return (
             f"weighted draining {'on ' if self.fair else 'off'}, {limit}: B start lateness ms p50 "
             f"{percentile(b, 0.5)}, p99 {percentile(b, 0.99)}, max {b[-1]}; A p50 "
@@ -144,15 +149,23 @@ class TenantFigures:
 
 
 def run_once(
-    bootstrap: str, args: argparse.Namespace, fair: bool, limit_per_s: float | None = None
+    bootstrap: str,
+    args: argparse.Namespace,
+    fair: bool,
+    limit_per_s: float | None = None,
+    in_flight: int | None = None,
 ) -> TenantFigures:
     """One run in a fresh namespace, weighted draining on or off, A limited or not."""
     with fresh_namespace(bootstrap, "tenants", args.partitions) as settings:
         log_dir = settings.state_dir
         timer_env = {"KAFKRON_TIMER_FAIR_TENANTS": "true" if fair else "false"}
+        limit: dict[str, float] = {}
         if limit_per_s is not None:
-            limits = {"a": {"executions_per_s": limit_per_s}}
-            timer_env["KAFKRON_TIMER_TENANT_LIMITS"] = json.dumps(limits)
+            limit["executions_per_s"] = limit_per_s
+        if in_flight is not None:
+            limit["in_flight"] = in_flight
+        if limit:
+            timer_env["KAFKRON_TIMER_TENANT_LIMITS"] = json.dumps({"a": limit})
         timer = TimerProcess(settings, "tenants-timer-0", log_dir, **timer_env)
         executors = [
             ExecutorChild(
@@ -167,7 +180,8 @@ def run_once(
                 executor.start()
             results = ResultLog(settings, PREFIX)
             wait_until_serving(settings, results)
-            return _fire(settings, args, fair, limit_per_s, results)
+            figures = _fire(settings, args, fair, limit_per_s, results)
+            return dataclasses.replace(figures, in_flight=in_flight)
         finally:
             if results is not None:
                 results.close()
@@ -241,7 +255,10 @@ def ratios(runs: list[TenantFigures], by_limit: bool = False) -> str:
         return ordered[len(ordered) // 2]
 
     def figure(on: bool, pick: Any) -> float:
-        side = (lambda r: r.limit_per_s is not None) if by_limit else (lambda r: r.fair)
+        def limited(r: TenantFigures) -> bool:
+            return r.limit_per_s is not None or r.in_flight is not None
+
+        side = limited if by_limit else (lambda r: r.fair)
         return median([float(pick(r)) for r in runs if side(r) == on])
 
     picks = {
@@ -271,6 +288,12 @@ def main() -> None:
     parser.add_argument("--lead-s", type=float, default=None)
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (on, off)")
     parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=None,
+        help="tenant A's runs in flight: pairs of runs with and without it (draining fair)",
+    )
+    parser.add_argument(
         "--limit",
         type=float,
         default=None,
@@ -288,8 +311,14 @@ def main() -> None:
         # Alternate which side goes first, so drifting load hits both alike.
         for on in (True, False) if pair % 2 == 0 else (False, True):
             started = time.monotonic()
-            if args.limit is not None:
-                figures = run_once(args.bootstrap, args, True, args.limit if on else None)
+            if args.limit is not None or args.in_flight is not None:
+                figures = run_once(
+                    args.bootstrap,
+                    args,
+                    True,
+                    args.limit if on else None,
+                    args.in_flight if on else None,
+                )
             else:
                 figures = run_once(args.bootstrap, args, on)
             runs.append(figures)
@@ -297,8 +326,9 @@ def main() -> None:
                 f"run {len(runs)} ({time.monotonic() - started:.0f} s): {figures.line()}",
                 flush=True,
             )
-    print(f"{'limited / unlimited' if args.limit else 'on / off'} in this session:")
-    print(ratios(runs, by_limit=args.limit is not None), flush=True)
+    by_limit = args.limit is not None or args.in_flight is not None
+    print(f"{'limited / unlimited' if by_limit else 'on / off'} in this session:")
+    print(ratios(runs, by_limit=by_limit), flush=True)
     if args.limit:
         print(f"  A at its limit would drain in {args.a_jobs / args.limit:.2f} s", flush=True)
 
