@@ -48,7 +48,7 @@ class Memo:
     ``max_widths`` different lengths (each length costs a lookup per record; a run that ends
     the record is looked up once, by the rest of the bytes, whatever its length). ``check``, when
     given, is the bounds check of these fields (``Bounds.checker(..., fields=...)``): it runs
-    on a dict of the run's fields (as decoded, ``enum_values`` applied) when the run is
+    on a dict holding the run's fields (as decoded, ``enum_values`` applied) when the run is
     parsed, not when it is reused, and a run that breaks it raises
     :class:`InvalidRecordError` and is not kept. A memo may lie inside another (tried when
     the outer run's bytes differ: a per-record field in the outer run does not defeat the
@@ -291,6 +291,7 @@ class _RecordSource:
         self.derived = derived
         fields = set(wanted) - derived.names()
         self.wanted_fields = fields
+        self.dict_out = False  # the output is the record's dict (set by function)
         checked = {i for span, m in zip(spans, memos, strict=True) if m.check for i in span}
         # The local holding each field's value: wanted, or checked with its memo's run; None
         # for fields only checked by their reading.
@@ -320,6 +321,7 @@ class _RecordSource:
 
     def function(self, start: int, shape: _Shape) -> None:
         src = self.source
+        self.dict_out = not shape.as_fields and shape.make is None
         src.emit("", "def read(data):", "    size = len(data)", f"    pos = {start}")
         self.read_range(0, len(self.fields), "    ", None)
         src.emit("    ", "if pos != size:", "    raise ValueError('bytes left after the record')")
@@ -487,7 +489,9 @@ class _RecordSource:
             return
         span = self.spans[i]
         items = ", ".join(f"{self.fields[index]['name']!r}: {self.locals[index]}" for index in span)
-        self.source.emit(indent, f"reason = _check{i}({{{items}}})")
+        # The record's dict holds the run's fields already: no other dict to build.
+        record = "out" if self.dict_out else f"{{{items}}}"
+        self.source.emit(indent, f"reason = _check{i}({record})")
         self.source.emit(indent, "if reason is not None:", "    raise _invalid(reason)")
 
     def keep_run(self, i: int, indent: str) -> None:
