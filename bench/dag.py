@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import time
@@ -85,6 +84,7 @@ from bench.herd import (
 from bench.pipe import PipeFigures, measure_pipe
 from streams.identity import execution_id
 from streams.settings import KafkaSettings
+from streams.state.recovery import RESTORED_LINE, parse_partition_ranges
 from streams.topics import TopicNames
 
 HANDLER = "examples.noop"
@@ -263,14 +263,10 @@ def _ready_partitions(process: TimerProcess) -> int:
     a partition is ready once restored."""
     restored: set[int] = set()
     for line in process.log().splitlines():
-        found = _RESTORED.search(line)
-        for part in found.group(1).split(", ") if found else ():
-            first, _, last = part.partition("-")
-            restored.update(range(int(first), int(last or first) + 1))
+        found = RESTORED_LINE.search(line)
+        if found:
+            restored.update(parse_partition_ranges(found.group(1)))
     return len(restored)
-
-
-_RESTORED = re.compile(r"restored partitions? ([0-9, -]+) in ")
 
 
 @dataclass(frozen=True)
