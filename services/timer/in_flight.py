@@ -15,8 +15,8 @@ changes it, so it moves with the partition and a restart finds it exact (no rebu
 A final result of a counted execution frees its run and emits the tenant's oldest parked
 DueEvent in that result's transaction (``throttle.py``): no polling. An execution's
 retries run under its one count. A limit lowered at a restart lets parked fires out only as
-runs finish. Parked fires are released by results only while some limit is configured:
-drop the last limit only once ``kafkron_timer_tenant_parked`` is 0.
+runs finish; one removed or raised lets them out at the partition's first punctuations
+(``throttle.release_unheld``), which also drops the runs of tenants no longer limited.
 """
 
 from __future__ import annotations

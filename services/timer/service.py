@@ -21,6 +21,7 @@ from services.timer.metrics import TimerCollector
 from services.timer.pacing import DrainPacer, trickle_commit_ms
 from services.timer.scope import Scope, TimerEnv
 from services.timer.settings import TimerSettings
+from services.timer.throttle import release_unheld
 from services.timer.wheel import collect_fired
 from streams import clock
 from streams.metrics import serve_metrics
@@ -37,6 +38,9 @@ class TimerHooks:
     def __init__(self, env: TimerEnv, pacer: DrainPacer | None = None) -> None:
         self.env = env
         self.pacer = pacer or DrainPacer(env.batch_size, 250, 20_000)
+        # Partitions whose parked fires the limits in force were checked against since they
+        # were assigned (``throttle.release_unheld``).
+        self._unheld: set[int] = set()
 
     def on_record(
         self,
@@ -94,6 +98,11 @@ class TimerHooks:
         trickle while inputs wait (a herd's results).
         """
         scope = self._scope(ctx, now_ms, partition)
+        if partition not in self._unheld:
+            if release_unheld(scope):
+                self._unheld.add(partition)
+            if scope.emitted:
+                ctx.request_commit(0)
         emitted = drain_due(scope, self.env.batch_size, collect=False)
         self._note_backlog(scope, partition, now_ms)
         commit_within_ms = self.pacer.commit_within_ms(partition, emitted)
@@ -111,6 +120,7 @@ class TimerHooks:
     def on_revoked(self, partition: int) -> None:
         """Forget the partition's drain progress and its due backlog."""
         self.pacer.forget(partition)
+        self._unheld.discard(partition)
         self.env.fire_stats.backlog_ms.pop(partition, None)
         self.env.tenant_ranks.forget(partition)
         self.env.tenant_limits.forget(partition)

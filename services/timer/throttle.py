@@ -28,8 +28,14 @@ from typing import Any
 
 from services.timer import keys
 from services.timer.due_bytes import due_event_record
+from services.timer.in_flight import (
+    COUNT_PREFIX,
+    PARK_PREFIX,
+    RUN_PREFIX,
+    park_prefix,
+    parked_job_and_tick,
+)
 from services.timer.in_flight import park_key as in_flight_park_key
-from services.timer.in_flight import park_prefix, parked_job_and_tick
 from services.timer.scope import PRIORITY_INDEX, Scope
 from services.timer.state import load_state
 from services.timer.wheel import place_ms
@@ -101,6 +107,59 @@ def finish_run(scope: Scope, job_id: bytes, tick_ms: int) -> None:
                 scope.jobs.set(key, value)
                 in_flight.parked[tenant] += 1
             return
+
+
+SWEEP_BATCH = 10_000
+"""Parked fires :func:`release_unheld` lets out per call (one punctuation's transaction)."""
+
+
+def release_unheld(scope: Scope, batch: int = SWEEP_BATCH) -> bool:
+    """Let out the partition's parked fires that the limits in force no longer hold back, and
+    stop counting the runs of tenants no longer limited; True when nothing is left to do.
+
+    Limits are read at start, so a restart is when they change. Without this, a fire parked
+    under a limit since removed (or raised) waited for results of its tenant's counted runs,
+    and once those were gone, forever. Called at each punctuation of a partition until it
+    returns True (``service.py``): a seek per prefix when nothing is parked; at most ``batch``
+    fires per call, so a large backlog goes out over several transactions."""
+    in_flight = scope.env.tenant_limits.in_flight
+    jobs = scope.jobs
+    start, end = RUN_PREFIX, RUN_PREFIX[:-1] + b"/"
+    untracked: set[str] = set()
+    while runs := jobs.iter_range(start, end, 1_000):
+        for key, tenant_bytes in runs:
+            tenant = tenant_bytes.decode()
+            if in_flight.share(tenant) is None:
+                jobs.delete(key)
+                untracked.add(tenant)
+        start = runs[-1][0] + b"\x00"
+    for tenant in untracked:
+        jobs.delete(COUNT_PREFIX + tenant.encode())
+    start, end = PARK_PREFIX, PARK_PREFIX[:-1] + b"/"
+    while batch > 0:
+        first = jobs.iter_range(start, end, 1)
+        if not first:
+            return True
+        key = first[0][0]
+        tenant = key[len(PARK_PREFIX) : key.index(b"\x00", len(PARK_PREFIX))].decode()
+        prefix = park_prefix(tenant)
+        for key, value in jobs.iter_range(prefix, prefix[:-1] + b"\x01", batch):
+            parked_job, parked_tick = parked_job_and_tick(key, tenant)
+            still_wanted = _still_wanted(scope, parked_job, parked_tick, value)
+            if still_wanted and not in_flight.admit(
+                jobs, scope.partition, tenant, parked_job, parked_tick
+            ):
+                break  # the tenant is at its share: its results let the rest out
+            jobs.delete(key)
+            in_flight.parked[tenant] -= 1
+            batch -= 1
+            if still_wanted:
+                _emit(scope, parked_job, value)
+                in_flight.released[tenant] += 1
+        else:
+            continue  # the tenant's batch went out: look again from its next parked fire
+        start = prefix[:-1] + b"\x01"  # the next tenant's
+    return False
 
 
 def _emit(scope: Scope, job_id: bytes, value: bytes) -> None:

@@ -15,10 +15,11 @@ import pytest
 from pydantic import ValidationError
 
 from services.timer import keys
-from services.timer.in_flight import PARK_PREFIX, RUN_PREFIX, InFlightLimits
+from services.timer.in_flight import COUNT_PREFIX, PARK_PREFIX, RUN_PREFIX, InFlightLimits
 from services.timer.limits import CLOCK_PREFIX, TenantLimits
 from services.timer.metrics import TimerCollector
 from services.timer.settings import TimerSettings
+from services.timer.throttle import release_unheld
 from streams.identity import execution_id
 from streams.runtime_stats import RuntimeStats
 from tests.services.timer.test_timer_logic import (
@@ -340,6 +341,50 @@ def test_both_limits_a_held_fire_at_its_slot_waits_for_a_free_run() -> None:
     dues = timer.dues()
     assert [d["job_id"] for d in dues] == ["a-0000", "a-0001", "a-0002"]
     assert [d["fire_at_ms"] for d in dues] == [T0, T0 + 100, T0 + 200]  # the slots kept
+
+
+def restarted_with(timer: Timer, **overrides: Any) -> Timer:
+    """A timer of other settings over ``timer``'s stores and outputs (a restart)."""
+    restarted = Timer(**overrides)
+    restarted.jobs, restarted.wheel, restarted.out = timer.jobs, timer.wheel, timer.out
+    return restarted
+
+
+def test_a_limit_removed_at_a_restart_lets_its_parked_fires_out() -> None:
+    """Parked fires waited for results of their tenant's counted runs; with the limit gone
+    (limits are read at start) nothing counts runs any more, so they go out at once."""
+    timer = Timer(tenant_limits=IN_FLIGHT)
+    for i in range(5):
+        timer.submit(one_off(f"a-{i}", T0 + i, tenant="a"), T0 - 5_000)
+    timer.submit(one_off("a-gone", T0 + 9, tenant="a"), T0 - 5_000)
+    timer.run(T0, T0 + 50, 10)
+    assert len(timer.dues()) == 2 and len(parked_keys(timer)) == 4
+    timer.submit(one_off("a-gone", T0 + 9, version=2, tenant="a", status="CANCELLED"), T0 + 60)
+    unlimited = restarted_with(timer)
+    assert release_unheld(unlimited.scope(T0 + 100))
+    fired = [d["job_id"] for d in unlimited.dues()]
+    assert fired == ["a-0", "a-1", "a-2", "a-3", "a-4"]  # in fire-time order
+    assert [r["job_id"] for r in unlimited.results() if r["status"] == "CANCELLED"] == ["a-gone"]
+    assert not parked_keys(unlimited)
+    assert not [k for k in unlimited.jobs.data if k.startswith((RUN_PREFIX, COUNT_PREFIX))]
+    assert release_unheld(unlimited.scope(T0 + 110)) and len(unlimited.dues()) == 5
+
+
+def test_a_limit_raised_at_a_restart_lets_out_what_the_new_share_allows_in_batches() -> None:
+    timer = Timer(tenant_limits={"a": {"in_flight": 12}})  # 1 per partition
+    for i in range(6):
+        timer.submit(one_off(f"a-{i}", T0 + i, tenant="a"), T0 - 5_000)
+    timer.run(T0, T0 + 50, 10)
+    assert len(timer.dues()) == 1 and len(parked_keys(timer)) == 5
+    raised = restarted_with(timer, tenant_limits={"a": {"in_flight": 48}})  # 4 per partition
+    assert not release_unheld(raised.scope(T0 + 100), batch=2)  # more to look at next time
+    assert [d["job_id"] for d in raised.dues()] == ["a-0", "a-1", "a-2"]
+    assert release_unheld(raised.scope(T0 + 110), batch=2)  # at its share: results go on
+    assert [d["job_id"] for d in raised.dues()] == ["a-0", "a-1", "a-2", "a-3"]
+    assert len(parked_keys(raised)) == 2
+    assert raised.env.tenant_limits.in_flight.in_flight() == {"a": 4}
+    finish(raised, "a-0", T0 + 200)
+    assert [d["job_id"] for d in raised.dues()][4:] == ["a-4"]
 
 
 def test_in_flight_limits_are_read_from_json_and_zero_is_refused(
