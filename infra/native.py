@@ -18,13 +18,14 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from streams import native
+from streams import generated_modules, native
 from streams.exceptions import KafkronError
 
 
@@ -60,8 +61,8 @@ def build(root: Path = native.ROOT) -> Path:
     if missing:
         raise NativeBuildError(f"cannot compile: install {' and '.join(missing)}")
     try:
-        from mypyc.build import mypycify
-        from setuptools import setup
+        import mypyc.build  # noqa: F401
+        import setuptools  # noqa: F401
     except ImportError as exc:
         raise NativeBuildError(f"cannot compile: {exc} (pip install -e '.[dev]')") from exc
     target = native.build_dir(root)
@@ -69,8 +70,68 @@ def build(root: Path = native.ROOT) -> Path:
     for directory in (target, scratch):
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
-    hashes = native.source_hashes(root)
+    hashes, inputs = native.source_hashes(root), native.input_hashes(root)
     sources = [str(native.source_path(module, root)) for module in native.NATIVE_MODULES]
+    generated = write_generated(root, scratch / "generated")
+    try:
+        _compile(root, target, scratch, [*sources, *generated.values()])
+    except NativeBuildError as exc:
+        if not generated:
+            raise
+        # Generated code mypyc refuses must not cost the hand-written modules their build:
+        # those decoders stay exec'd.
+        print(f"{exc}\ncompiling without the generated decoders", file=sys.stderr)
+        generated = {}
+        for directory in (target, scratch / "temp"):
+            shutil.rmtree(directory, ignore_errors=True)
+        target.mkdir(parents=True)
+        _compile(root, target, scratch, sources)
+    if generated:
+        (target / generated_modules.PACKAGE / "__init__.py").write_text("")
+    if native.source_hashes(root) != hashes or native.input_hashes(root) != inputs:
+        raise NativeBuildError("sources changed during the build: run it again")
+    manifest = {
+        "abi": native.abi(),
+        "modules": hashes,
+        "inputs": inputs,
+        "generated": sorted(generated),
+    }
+    (target / native.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def write_generated(root: Path, directory: Path) -> dict[str, str]:
+    """Write the hot readers' generated code (:mod:`streams.generated_modules`) as modules
+    under ``directory``: their paths by module name. The sources come from a pure Python
+    process (no compiled module of an older build generates them)."""
+    script = (
+        "import json, sys\n"
+        "from streams import generated_modules as g\n"
+        "json.dump(g.generated_sources(), sys.stdout)\n"
+    )
+    env = {**os.environ, native.DISABLE_ENV: "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise NativeBuildError(f"generating the decoders failed: {done.stderr.strip()}")
+    package = directory / generated_modules.PACKAGE
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    paths = {}
+    for text in json.loads(done.stdout):
+        name = generated_modules.module_name(text)
+        path = package / f"{name}.py"
+        path.write_text(text)
+        paths[name] = str(path)
+    return paths
+
+
+def _compile(root: Path, target: Path, scratch: Path, sources: list[str]) -> None:
+    from mypyc.build import mypycify
+    from setuptools import setup
+
     with _working_directory(scratch):
         try:
             extensions = mypycify(
@@ -90,12 +151,6 @@ def build(root: Path = native.ROOT) -> Path:
             )
         except (Exception, SystemExit) as exc:  # setuptools reports failure as SystemExit
             raise NativeBuildError(f"mypyc build failed: {exc}") from exc
-    if native.source_hashes(root) != hashes:
-        raise NativeBuildError("sources changed during the build: run it again")
-    manifest = {"abi": native.abi(), "modules": hashes}
-    (target / native.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    shutil.rmtree(scratch, ignore_errors=True)
-    return target
 
 
 def main(argv: list[str] | None = None) -> int:

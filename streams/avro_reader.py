@@ -36,6 +36,7 @@ from typing import Any
 from streams.avro_source import ValueSource
 from streams.bounds import Check
 from streams.exceptions import ConfigurationError, InvalidRecordError, UnsupportedSchemaError
+from streams.generated_modules import compiled_functions
 
 __all__ = ["GeneratedReader", "Memo", "MemoEntries", "generate_reader"]
 
@@ -203,12 +204,15 @@ def generate_reader(
     for i, (memo, state) in enumerate(zip(memos, states, strict=True)):
         env.update({f"_last{i}": state.last, f"_state{i}": state, f"_check{i}": memo.check})
         env.update({f"_entries{i}": state.entries, f"_widths{i}": state.widths})
-    try:
-        code = compile(text, f"<reader of {schema['name']}>", "exec")
-    except (SyntaxError, RecursionError) as exc:  # nested too deep for Python's compiler
-        raise UnsupportedSchemaError(f"{schema['name']}: {exc}") from exc
-    exec(code, env)
-    return GeneratedReader(env["read"], env["from_record"], text, states)
+    functions = compiled_functions(text, env)  # the build's, when it compiled this source
+    if functions is None:
+        try:
+            code = compile(text, f"<reader of {schema['name']}>", "exec")
+        except (SyntaxError, RecursionError) as exc:  # nested too deep for Python's compiler
+            raise UnsupportedSchemaError(f"{schema['name']}: {exc}") from exc
+        exec(code, env)
+        functions = env
+    return GeneratedReader(functions["read"], functions["from_record"], text, states)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ import sys
 import sysconfig
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,16 @@ NATIVE_MODULES: tuple[str, ...] = (
 (``streams.state``), ``services.executor.runner`` (a variable typed as one exception class
 holds others, which compiled code refuses) and ones mypyc cannot compile yet
 (``services.executor.consuming``: an attribute named ``_thread`` becomes a C keyword)."""
+GENERATED_INPUTS: tuple[str, ...] = (
+    "streams/avro_source.py",
+    "streams/avro_reader.py",
+    "streams/generated_modules.py",
+    "schemas/*.avsc",
+    "schemas/bounds.json",
+)
+"""What the compiled generated decoders (:mod:`streams.generated_modules`) are made from
+besides the listed modules: the generator and the schemas. A change to any makes the build
+stale, as an edited module does."""
 MANIFEST = "manifest.json"
 DISABLE_ENV = "KAFKRON_NATIVE"
 
@@ -79,6 +90,24 @@ def source_hashes(root: Path = ROOT) -> dict[str, str]:
         module: hashlib.sha256(source_path(module, root).read_bytes()).hexdigest()
         for module in NATIVE_MODULES
     }
+
+
+def input_hashes(root: Path = ROOT) -> dict[str, str]:
+    """The SHA-256 of each file of :data:`GENERATED_INPUTS`, by its path under ``root``."""
+    paths = sorted({path for pattern in GENERATED_INPUTS for path in root.glob(pattern)})
+    return {
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in paths
+    }
+
+
+def manifest(root: Path = ROOT) -> dict[str, Any]:
+    """The build's manifest (empty without one)."""
+    try:
+        loaded: dict[str, Any] = json.loads((build_dir(root) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded
 
 
 def abi() -> str:
@@ -101,6 +130,14 @@ def stale_reason(root: Path = ROOT) -> str | None:
     changed = sorted(m for m, digest in source_hashes(root).items() if built.get(m) != digest)
     if changed:
         return f"sources changed since the build: {', '.join(changed)} (./dev setup rebuilds)"
+    inputs = input_hashes(root)
+    if manifest.get("inputs") != inputs:
+        built_inputs = manifest.get("inputs") or {}
+        changed = sorted(set(inputs) ^ set(built_inputs))
+        changed += sorted(
+            p for p in set(inputs) & set(built_inputs) if inputs[p] != built_inputs[p]
+        )
+        return f"generator or schemas changed since the build: {', '.join(changed)}"
     return None
 
 

@@ -21,9 +21,17 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         target = native.source_path(module, tmp_path)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(native.source_path(module), target)
+    for name in native.input_hashes():
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(native.ROOT / name, target)
     build = native.build_dir(tmp_path)
     build.mkdir(parents=True)
-    manifest = {"abi": native.abi(), "modules": native.source_hashes(tmp_path)}
+    manifest = {
+        "abi": native.abi(),
+        "modules": native.source_hashes(tmp_path),
+        "inputs": native.input_hashes(tmp_path),
+    }
     (build / native.MANIFEST).write_text(json.dumps(manifest))
     native.active.cache_clear()
     yield tmp_path
@@ -42,6 +50,27 @@ def test_one_edited_source_leaves_every_module_pure(root: Path) -> None:
     reason = native.stale_reason(root)
     assert reason is not None and "services.executor.runs" in reason
     assert native.extend_path(["/src/x"], "services.timer", root) == ["/src/x"]
+
+
+@pytest.mark.parametrize("edited", ["schemas/due_event.v1.avsc", "streams/avro_source.py"])
+def test_an_edited_schema_or_generator_leaves_every_module_pure(root: Path, edited: str) -> None:
+    """The generated decoders compiled in the build are made from these."""
+    path = root / edited
+    path.write_text(path.read_text() + "\n")
+    reason = native.stale_reason(root)
+    assert reason is not None and edited in reason
+    assert native.extend_path(["/src/x"], "services.timer", root) == ["/src/x"]
+    (root / "schemas" / "new.v1.avsc").write_text("{}")
+    path.write_text((native.ROOT / edited).read_text())
+    assert "schemas/new.v1.avsc" in (native.stale_reason(root) or "")
+
+
+def test_a_build_from_before_the_generated_decoders_is_stale(root: Path) -> None:
+    manifest_path = native.build_dir(root) / native.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["inputs"]
+    manifest_path.write_text(json.dumps(manifest))
+    assert "generator or schemas changed" in (native.stale_reason(root) or "")
 
 
 def test_a_build_for_another_interpreter_is_not_used(root: Path) -> None:
@@ -82,6 +111,12 @@ def test_setup_built_the_modules_and_they_are_what_imports() -> None:
     assert native.compiled(services.executor.runs) is expected
     assert native.compiled(services.timer.wheel) is expected
     assert not native.compiled(services.executor.handlers)  # not listed
+    # The generated decoders of the readers streams.generated_modules lists, too.
+    from services.timer.stored_state import StoredStates
+    from streams.codec import Codec
+
+    read = StoredStates(Codec.from_directory()).record.reader.read
+    assert type(read).__module__.startswith("kafkron_generated.") is expected
 
 
 def test_a_stale_build_is_a_warning_and_no_build_is_not(
