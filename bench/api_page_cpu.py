@@ -8,7 +8,8 @@ tenants, 50 teams), applied in slices of 100 as the view applies them, then
 ``--executions`` executions per job (STARTED then SUCCEEDED, as the executor writes them).
 Printed: CPU (``time.thread_time``) per applied job and per applied result, then per page
 (``GET /api/jobs?limit=100``'s body, built as the route builds it) for the first page, pages
-at random cursors and a tenant+label page, median of ``--repeat`` rounds of 200 pages.
+at random cursors, a tenant+label page and a page of each filter kind and of combinations
+(half of them at a random cursor), median of ``--repeat`` rounds of 200 pages.
 On a tree before ``services.ingest.list_rows`` a page is built the way its route did
 (decoded records and ``job_summary``), so the same script measures both sides of an A/B.
 """
@@ -109,6 +110,28 @@ def page_ms(store: ViewStore, pages: list[tuple[JobFilter, str | None]], repeat:
     return statistics.median(rounds)
 
 
+def filtered_loads(ids: list[str]) -> dict[str, list[tuple[JobFilter, str | None]]]:
+    """A page of each filter kind and of combinations, half at a random cursor."""
+    kinds: dict[str, Any] = {
+        "status": lambda i: JobFilter(status="SCHEDULED"),
+        "tenant": lambda i: JobFilter(tenant=f"tenant{i % 20}"),
+        "label": lambda i: JobFilter(labels=(("team", f"team{i % 50}"),)),
+        "handler": lambda i: JobFilter(handler="bench.noop"),
+        "status+tenant": lambda i: JobFilter(status="SCHEDULED", tenant=f"tenant{i % 20}"),
+        "tenant+2 labels": lambda i: JobFilter(
+            tenant=f"tenant{i % 20}", labels=(("team", f"team{i % 50}"), ("env", "dev"))
+        ),
+        "handler+label": lambda i: JobFilter(handler="bench.noop", labels=(("env", "dev"),)),
+    }
+    return {
+        name: [
+            (make(i), None if i % 2 else encode_cursor(random.choice(ids).encode()))
+            for i in range(PAGES)
+        ]
+        for name, make in kinds.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -136,6 +159,7 @@ def main() -> None:
                     (JobFilter(tenant=f"tenant{i % 20}", labels=(("team", f"team{i % 50}"),)), None)
                     for i in range(PAGES)
                 ],
+                **filtered_loads(ids),
             }
             for name, pages in loads.items():
                 print(f"page {name}: {page_ms(store, pages, args.repeat):.3f} ms CPU")

@@ -5,9 +5,15 @@ Each job has one empty index key per *term* it matches: its shown status (see
 ``x\\0<kind:1><len:2><value><job_id>``: the length prefix keeps values apart whatever they
 contain, and within one term the keys are in job id order, the order of every page.
 
+Each index key's value is the job's whole term list (its terms joined, each
+self-delimiting), and ``k\0<term>`` counts the jobs under a term. A filtered page scans the
+range of its rarest term (:func:`page_of_matches`, the counts say which) and checks the other
+terms on each value read with the key: one seek per page, no seek per item.
+
 A page is the ids after a position, in job id order: through the ``jobs`` keys themselves
-without filters, or by a leapfrog join of the filters' terms (each term's keys are seeked to
-the largest candidate so far until all agree), so a rare combination costs seeks, not a scan
+without filters, by one scan of a term as above, or (:func:`page_of_ids`) by a leapfrog
+join of the filters' terms (each term's keys are seeked to the largest candidate so far
+until all agree), so a rare combination costs seeks, not a scan
 (a scan already at the candidate is not seeked again, and after a match the first scan steps
 to its next key). The cursor is the position where the next page starts (the last id plus
 ``\\0``, or the next match), so paging is stable under concurrent writes: a job created
@@ -28,6 +34,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 INDEX = b"x\0"
+TERM_COUNT = b"k\0"
 STATUS, TENANT, HANDLER, LABEL = "s", "t", "h", "l"
 _LEN = struct.Struct(">H")
 PAGE_BUDGET = 20_000
@@ -70,6 +77,19 @@ def terms_of(job: Mapping[str, Any], shown_status: str) -> list[bytes]:
     ]
     found += [label_term(k, v) for k, v in sorted(job["labels"].items())]
     return found
+
+
+@lru_cache(maxsize=65_536)
+def terms_in(joined: bytes) -> frozenset[bytes]:
+    """The terms of an index value (``b"".join`` of a job's terms), cached: jobs share
+    their tenant, handler, labels and status, so few term lists repeat across pages."""
+    found = []
+    at = 0
+    while at < len(joined):
+        end = at + 1 + _LEN.size + _LEN.unpack_from(joined, at + 1)[0]
+        found.append(joined[at:end])
+        at = end
+    return frozenset(found)
 
 
 def index_key(term_bytes: bytes, job_id: str) -> bytes:
@@ -176,3 +196,41 @@ def _position(it: RawIterator, prefix: bytes, id_prefix: bytes) -> bytes | None:
         return None
     position = key[len(prefix) :]
     return position if position.startswith(id_prefix) else None
+
+
+def page_of_matches(
+    iterator: RawIterator,
+    prefix: bytes,
+    others: frozenset[bytes],
+    start: bytes,
+    limit: int,
+    budget: int = PAGE_BUDGET,
+    id_prefix: bytes = b"",
+) -> tuple[list[str], bytes | None]:
+    """What :func:`page_of_ids` answers for the terms ``prefix``'s and ``others``, by one
+    scan of ``prefix`` (``INDEX + term``) whose values are each job's term list: a job
+    matches when ``others`` are all in it. Every key read counts against ``budget``;
+    the cursor is the next match, or where the scan stopped, or None at the end."""
+    found: list[str] = []
+    matches: dict[bytes, bool] = {}  # term list -> whether it holds ``others``
+    iterator.seek(prefix + max(start, id_prefix))
+    read = 0
+    while True:
+        position = _position(iterator, prefix, id_prefix)
+        if position is None:
+            return found, None
+        if read == budget:
+            return found, position
+        read += 1
+        if others:
+            joined = bytes(iterator.value())
+            match = matches.get(joined)
+            if match is None:
+                match = matches[joined] = others <= terms_in(joined)
+            if not match:
+                iterator.next()
+                continue
+        if len(found) == limit:
+            return found, position  # one more exists: the next page starts at it
+        found.append(position.decode())
+        iterator.next()

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from services.ingest.attempts import is_final, merged_execution
-from services.ingest.job_index import STATUS, index_key, term, terms_of
+from services.ingest.job_index import STATUS, TERM_COUNT, index_key, term, terms_in, terms_of
 from services.ingest.lifecycle import Lifecycle
 from services.ingest.list_rows import last_execution_json, row_parts
 from services.ingest.view_store import (
@@ -117,14 +117,25 @@ class ViewBatch:
         return terms_of(old, shown)
 
     def _replace_terms(self, job_id: str, old: Sequence[bytes], new: Sequence[bytes]) -> None:
-        if not old:  # a new job: the common case of a bulk load
-            for added in new:
-                self._pending[index_key(added, job_id)] = b""
+        """Index the job under ``new`` instead of ``old``: each key's value is the whole
+        new term list (so every kept key is rewritten when one term changes), and the
+        counts of the terms gained and lost follow."""
+        if set(old) == set(new):
             return
+        joined = b"".join(new)
         for gone in set(old) - set(new):
             self._pending[index_key(gone, job_id)] = None
+            self._count_term(gone, -1)
+        for added in new:
+            self._pending[index_key(added, job_id)] = joined
         for added in set(new) - set(old):
-            self._pending[index_key(added, job_id)] = b""
+            self._count_term(added, 1)
+
+    def _count_term(self, term_bytes: bytes, change: int) -> None:
+        key = TERM_COUNT + term_bytes
+        stored = self._get(key)
+        count = (0 if stored is None else U64.unpack(stored)[0]) + change
+        self._pending[key] = U64.pack(count) if count > 0 else None
 
     def _delete_job(self, job: bytes) -> None:
         stored = self._get(JOB + job)
@@ -230,7 +241,9 @@ class ViewBatch:
         self._pending[LIFE + job_id.encode()] = orjson.dumps(after.to_json())
         if after.shown != life.shown:
             old, new = term(STATUS, life.shown), term(STATUS, after.shown)
-            self._replace_terms(job_id, [old], [new])
+            joined = self._get(index_key(old, job_id))  # the job's term list
+            kept = [] if joined is None else sorted(terms_in(joined) - {old})
+            self._replace_terms(job_id, [old, *kept], [new, *kept])
 
     def _track_running(self, job: bytes, result: Mapping[str, Any]) -> None:
         key = RUNNING + job

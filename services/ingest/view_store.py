@@ -6,7 +6,9 @@ Key layout (one RocksDB, raw bytes; prefixes keep the kinds apart; job ids never
 * ``j\\0<job_id>``: 8-byte big-endian version + the Job record's Avro bytes as consumed
 * ``s\\0<job_id>``: JSON ``[record status, run_at_ms, outcome]``, the job's
   :class:`~services.ingest.lifecycle.Lifecycle` (its shown status: COMPLETED one-offs)
-* ``x\\0<term><job_id>``: empty; the job's index keys (:mod:`services.ingest.job_index`)
+* ``x\\0<term><job_id>``: the job's term list; its index keys
+  (:mod:`services.ingest.job_index`)
+* ``k\\0<term>``: 8-byte count of the jobs under a term (which term a filtered page scans)
 * ``h\\0<job_id>\\0<scheduled_for:8><execution_id>``: JSON of one execution with every
   attempt (:mod:`services.ingest.attempts`); a job's newest are its last keys
 * ``l\\0<job_id>``: the job's newest kept execution (its ``h`` key's last position):
@@ -52,11 +54,13 @@ from services.ingest.exceptions import ViewInUseError
 from services.ingest.job_index import (
     INDEX,
     PAGE_BUDGET,
+    TERM_COUNT,
     InvalidCursorError,
     JobFilter,
     decode_cursor,
     encode_cursor,
     page_of_ids,
+    page_of_matches,
 )
 from services.ingest.json_bytes import json_bytes
 from services.ingest.lifecycle import Lifecycle
@@ -78,7 +82,7 @@ NEWEST, ROW = b"l\0", b"w\0"
 DLQ, DEAD_BY_ID, OFFSET, META = b"d\0", b"D\0", b"o\0", b"m\0"
 UPSTREAMS, CHILD = b"u\0", b"c\0"
 UNDECODABLE = META + b"undecodable"
-_FORMAT, _FORMAT_VERSION = META + b"format", b"4"
+_FORMAT, _FORMAT_VERSION = META + b"format", b"5"
 _DLQ_END = DLQ + b"\xff" * DLQ_KEY.size
 _TICK_BIAS = 1 << 63  # ticks as unsigned: negative ones sort before positive ones
 
@@ -225,10 +229,7 @@ class ViewStore:
         """A page of jobs matching ``where`` in job id order (each with its lifecycle and
         newest execution), and the next page's cursor."""
         start = b"" if cursor is None else decode_cursor(cursor)
-        terms = where.terms()
-        prefixes = [INDEX + t for t in terms] if terms else [JOB]
-        id_prefix = where.id_prefix.encode()
-        ids, following = page_of_ids(self._db.iter, prefixes, start, limit, id_prefix=id_prefix)
+        ids, following = self._page_ids(where, start, limit, JOB)
         keys: list[Any] = [p + i.encode() for p in (JOB, LIFE, NEWEST) for i in ids]
         found: list[Any] = (self._db.get(keys) or []) if ids else []  # one multi-get
         count = len(ids)
@@ -254,14 +255,9 @@ class ViewStore:
         ``now_ms``), joined from the pre-rendered ``w`` and ``l`` values: no record decoded
         (only a row whose parts did not render is built from its record)."""
         start = b"" if cursor is None else decode_cursor(cursor)
-        terms = where.terms()
-        id_prefix = where.id_prefix.encode()
         # Without filters the scan is of the rows themselves: it holds their values.
-        scanned: list[bytes] | None = None if terms else []
-        prefixes = [INDEX + t for t in terms] if terms else [ROW]
-        ids, following = page_of_ids(
-            self._db.iter, prefixes, start, limit, id_prefix=id_prefix, values=scanned
-        )
+        scanned: list[bytes] | None = None if where.terms() else []
+        ids, following = self._page_ids(where, start, limit, ROW, scanned)
         tables = (LIFE, NEWEST) if scanned is not None else (ROW, LIFE, NEWEST)
         keys: list[Any] = [p + i.encode() for p in tables for i in ids]
         found: list[Any] = (self._db.get(keys) or []) if ids else []  # one multi-get
@@ -283,6 +279,33 @@ class ViewStore:
             if item:
                 items.append(item)
         return items, None if following is None else encode_cursor(following)
+
+    def _page_ids(
+        self,
+        where: JobFilter,
+        start: bytes,
+        limit: int,
+        table: bytes,
+        values: list[bytes] | None = None,
+    ) -> tuple[list[str], bytes | None]:
+        """The ids of a page and the next page's position: a scan of ``table`` without
+        filters (its values appended to ``values``), else one scan of the filter's rarest
+        term (fewest jobs by the ``k`` counts) checking the others on each job's term list."""
+        terms = where.terms()
+        id_prefix = where.id_prefix.encode()
+        if not terms:
+            return page_of_ids(
+                self._db.iter, [table], start, limit, id_prefix=id_prefix, values=values
+            )
+        rarest = terms[0]
+        if len(set(terms)) > 1:
+            counts: list[Any] = self._db.get([TERM_COUNT + t for t in terms]) or []
+            sizes = [0 if c is None else U64.unpack(bytes(c))[0] for c in counts]
+            rarest = terms[sizes.index(min(sizes))]
+        others = frozenset(terms) - {rarest}
+        return page_of_matches(
+            self._db.iter(), INDEX + rarest, others, start, limit, PAGE_BUDGET, id_prefix
+        )
 
     def _item_of_record(self, job_id: str, life: bytes | None, newest: Any, now_ms: int) -> bytes:
         """A page item built from the Job record (empty when the job is gone)."""

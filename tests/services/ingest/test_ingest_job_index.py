@@ -1,5 +1,6 @@
 """Pages through the job indexes: every match once, in job id order, whatever the limit and
-the scan budget (hypothesis against a brute-force filter; RocksDB is real, on tmp_path)."""
+the scan budget, by the leapfrog join or by one scan of any of the filter's terms
+(hypothesis against a brute-force filter; RocksDB is real, on tmp_path)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from services.ingest.job_index import (
     encode_cursor,
     index_key,
     page_of_ids,
+    page_of_matches,
     terms_of,
 )
 
@@ -77,6 +79,57 @@ def test_pages_list_every_match_once_in_order(
             for _ in range(1000):
                 ids, following = page_of_ids(
                     db.iter, prefixes, position, limit, budget, where.id_prefix.encode()
+                )
+                assert len(ids) <= limit
+                listed += ids
+                if following is None:
+                    break
+                position = decode_cursor(encode_cursor(following))
+            expected = sorted(
+                j for j, fields in jobs.items() if matches(fields, where) and has_prefix(j, where)
+            )
+            assert listed == expected
+        finally:
+            db.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    jobs=JOBS,
+    where=FILTERS.filter(lambda w: bool(w.terms())),
+    limit=st.integers(1, 7),
+    budget=st.integers(1, 30),
+    driver=st.integers(0, 4),
+)
+def test_one_scan_of_any_term_lists_every_match_once_in_order(
+    jobs: dict[str, tuple[str, str, dict[str, str]]],
+    where: JobFilter,
+    limit: int,
+    budget: int,
+    driver: int,
+) -> None:
+    """``page_of_matches`` scanning any of the filter's terms (values: term lists)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Rdict(str(Path(tmp) / "db"), options=Options(raw_mode=True))
+        try:
+            for job_id, (status, tenant, labels) in jobs.items():
+                job = {"tenant": tenant, "handler": "x.y", "labels": labels}
+                terms = terms_of(job, status)
+                for term in terms:
+                    db[index_key(term, job_id)] = b"".join(terms)
+            terms = where.terms()
+            scanned = terms[driver % len(terms)]
+            listed: list[str] = []
+            position = b""
+            for _ in range(1000):
+                ids, following = page_of_matches(
+                    db.iter(),
+                    INDEX + scanned,
+                    frozenset(terms) - {scanned},
+                    position,
+                    limit,
+                    budget,
+                    where.id_prefix.encode(),
                 )
                 assert len(ids) <= limit
                 listed += ids

@@ -2,7 +2,11 @@
 ``services.ingest.list_rows``) equal a fresh ``job_summary`` of the same state after
 creates, updates, cancels, pauses, new executions, a one-off's own execution ending and
 being replayed, tombstones, in any order and batch split (hypothesis; RocksDB is real, in a
-temporary directory); a store of view format 3 (before the pre-rendered rows) is rebuilt."""
+temporary directory); a store of view format 3 (before the pre-rendered rows) is rebuilt.
+Filtered pages (every filter kind, combined, with ``id_prefix``, at any page size) equal a
+brute-force filter over every job after creates, updates, cancels, tenant/label/handler
+changes, a one-off completing, tombstones; paging stays in order under writes between
+pages; the term counts equal the records'; a format 4 store is rebuilt."""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
-from services.ingest.job_index import JobFilter
+from services.ingest.job_index import TENANT, TERM_COUNT, JobFilter, term, terms_of
 from services.ingest.json_bytes import json_bytes
 from services.ingest.list_rows import RowJoiner, last_execution_json, row_parts
 from services.ingest.presenters import job_summary
@@ -194,5 +199,192 @@ def test_a_format_3_store_is_rebuilt_with_pre_rendered_items(tmp_path: Path) -> 
         assert store.job_page_json(JobFilter(), None, 10, T0)[0] == fresh_items(
             store, JobFilter(), T0
         )
+    finally:
+        store.close()
+
+
+# Filtered pages (one scan of the rarest term, the others checked on each job's term list)
+
+TERM_JOB_STEP = st.fixed_dictionaries(
+    {
+        "op": st.just("job"),
+        "job_id": st.sampled_from(JOB_IDS),
+        "kind": st.sampled_from(["one_off", "cron"]),
+        "status": st.sampled_from(["SCHEDULED", "SCHEDULED", "PAUSED", "CANCELLED"]),
+        "version": st.integers(1, 6),
+        "tenant": st.sampled_from(["acme", "globex"]),
+        "handler": st.sampled_from(["etl.load", "etl.clean"]),
+        "labels": st.dictionaries(
+            st.sampled_from(["team", "env"]), st.sampled_from(["x", "y"]), max_size=2
+        ),
+    }
+)
+TERM_STEPS = st.lists(st.one_of(TERM_JOB_STEP, TERM_JOB_STEP, RESULT_STEP, DELETE_STEP))
+FILTERS = st.builds(
+    JobFilter,
+    status=st.sampled_from([None, "SCHEDULED", "PAUSED", "CANCELLED", "COMPLETED"]),
+    tenant=st.sampled_from([None, "acme", "globex"]),
+    handler=st.sampled_from([None, "etl.load", "etl.clean"]),
+    labels=st.lists(
+        st.tuples(st.sampled_from(["team", "env"]), st.sampled_from(["x", "y"])), max_size=2
+    ).map(tuple),
+    id_prefix=st.sampled_from(["", "b", "c"]),
+)
+
+
+def apply_terms(store: ViewStore, steps: list[dict[str, Any]]) -> None:
+    batch = store.begin()
+    for step in steps:
+        key = step["job_id"].encode()
+        if step["op"] == "job":
+            job = Job(
+                job_id=step["job_id"],
+                version=step["version"],
+                status=JobStatus(step["status"]),
+                handler=step["handler"],
+                tenant=step["tenant"],
+                labels=step["labels"],
+                created_at_ms=T0,
+                updated_at_ms=T0 + step["version"],
+                **(
+                    {"run_at_ms": T0}
+                    if step["kind"] == "one_off"
+                    else {"cron": CronSchedule(expression="*/5 * * * *")}
+                ),
+            )
+            batch.apply_job(key, CODEC.encode(RecordKind.JOB, job.to_avro()))
+        elif step["op"] == "delete":
+            batch.apply_job(key, None)
+        else:
+            args = (step["tick"], step["attempt"], step["status"], step["trigger"])
+            batch.apply_result(result_bytes(step["job_id"], *args))
+    batch.commit()
+
+
+def brute_force(store: ViewStore, where: JobFilter) -> list[str]:
+    """The ids of every job matching ``where``, from the records and lifecycles."""
+    rows, cursor = store.job_page(JobFilter(), None, 100)
+    assert cursor is None
+    found = []
+    for row in rows:
+        job, shown = row.job, row.lifecycle.shown if row.lifecycle else row.job["status"]
+        if (
+            where.status in (None, shown)
+            and where.tenant in (None, job["tenant"])
+            and where.handler in (None, job["handler"])
+            and all(job["labels"].get(k) == v for k, v in where.labels)
+            and job["job_id"].startswith(where.id_prefix)
+        ):
+            found.append(job["job_id"])
+    return found
+
+
+def paged_ids(store: ViewStore, where: JobFilter, limit: int, now_ms: int) -> list[str]:
+    """Every page of ``where`` through both routes' reads (they must agree page by page)."""
+    seen: list[str] = []
+    cursor = None
+    while True:
+        rows, following = store.job_page(where, cursor, limit)
+        items, following_json = store.job_page_json(where, cursor, limit, now_ms)
+        assert following_json == following
+        assert items == [
+            json_bytes(job_summary(r.job, r.lifecycle, r.last_execution, now_ms)) for r in rows
+        ]
+        seen += [r.job["job_id"] for r in rows]
+        if following is None:
+            return seen
+        cursor = following
+
+
+def term_counts(store: ViewStore) -> dict[bytes, int]:
+    """The ``k`` counts as stored."""
+    return {
+        key[len(TERM_COUNT) :]: int.from_bytes(store.get(key) or b"", "big")
+        for key in store.keys_from(TERM_COUNT, TERM_COUNT)
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=TERM_STEPS,
+    cuts=st.lists(st.integers(0, 30), max_size=5),
+    wheres=st.lists(FILTERS, min_size=1, max_size=4),
+    limit=st.integers(1, 3),
+)
+def test_filtered_pages_equal_a_brute_force_filter(
+    steps: list[dict[str, Any]], cuts: list[int], wheres: list[JobFilter], limit: int
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ViewStore(Path(tmp) / "view", CODEC, recent_executions=20, executions_kept=2)
+        try:
+            for part in batches(steps, cuts):
+                apply_terms(store, part)
+                for where in wheres:
+                    assert paged_ids(store, where, limit, T0) == brute_force(store, where)
+                rows, _ = store.job_page(JobFilter(), None, 100)
+                expected: dict[bytes, int] = {}
+                for row in rows:
+                    shown = row.lifecycle.shown if row.lifecycle else row.job["status"]
+                    for found in terms_of(row.job, shown):
+                        expected[found] = expected.get(found, 0) + 1
+                assert term_counts(store) == expected
+        finally:
+            store.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    before=st.lists(TERM_JOB_STEP, min_size=1),
+    meanwhile=st.lists(TERM_STEPS, max_size=6),
+    where=FILTERS,
+    limit=st.integers(1, 2),
+)
+def test_filtered_pages_stay_stable_under_concurrent_writes(
+    before: list[dict[str, Any]],
+    meanwhile: list[list[dict[str, Any]]],
+    where: JobFilter,
+    limit: int,
+) -> None:
+    """Writes between pages: ids come in order, none twice, and every job that matched
+    before and was not written meanwhile is seen."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ViewStore(Path(tmp) / "view", CODEC, recent_executions=20, executions_kept=2)
+        try:
+            apply_terms(store, before)
+            untouched = set(brute_force(store, where)) - {
+                s["job_id"] for part in meanwhile for s in part
+            }
+            seen: list[str] = []
+            cursor = None
+            for step in range(100):
+                items, cursor = store.job_page_json(where, cursor, limit, T0)
+                seen += [orjson.loads(item)["job_id"] for item in items]
+                if cursor is None:
+                    break
+                if step < len(meanwhile):
+                    apply_terms(store, meanwhile[step])
+            assert seen == sorted(set(seen))
+            assert untouched <= set(seen)
+        finally:
+            store.close()
+
+
+def test_a_format_4_store_is_rebuilt_with_term_lists(tmp_path: Path) -> None:
+    path = tmp_path / "view"
+    old = Rdict(str(path), options=Options(raw_mode=True))
+    old[b"m\0format"] = b"4"  # index keys with empty values, no k\0 counts
+    old[b"x\0" + term(TENANT, "acme") + b"a"] = b""
+    old[b"o\0kafkron.jobs\0" + b"0"] = (42).to_bytes(8, "big")
+    old.close()
+    store = ViewStore(path, CODEC, recent_executions=20)
+    try:
+        assert store.offsets() == {}  # reread from offset 0
+        assert store.job_page_json(JobFilter(tenant="acme"), None, 10, T0) == ([], None)
+        step = {"op": "job", "job_id": "a", "kind": "cron", "status": "SCHEDULED", "version": 1,
+                "tenant": "acme", "handler": "etl.load", "labels": {"team": "x"}}  # fmt: skip
+        apply_terms(store, [step])
+        where = JobFilter(tenant="acme", labels=(("team", "x"),))
+        assert paged_ids(store, where, 10, T0) == ["a"]
+        assert store.get(TERM_COUNT + term(TENANT, "acme")) == (1).to_bytes(8, "big")
     finally:
         store.close()
