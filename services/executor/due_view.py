@@ -1,42 +1,41 @@
 """DueEvents read for running them: the fields a run needs, without fastavro on the hot path.
 
-:class:`DueReader` parses the Avro single-object encoding of a DueEvent written with the
-layout of ``due_event.v1.avsc`` field by field into a :class:`DueView`: the values a run
-needs (ids, handler, payload, timeout, priority, trigger) and the raw bytes of the fields
-an ExecutionResult repeats (execution_id and job_id, scheduled_for_ms, attempt,
-job_version), which :mod:`services.executor.result_bytes` splices into results unchanged.
+:class:`DueReader` reads the Avro single-object encoding of a DueEvent into a
+:class:`DueView` with the decoder :func:`~streams.avro_reader.generate_reader` derives from
+the writer schema: the values a run needs (ids, handler, payload, timeout, priority,
+trigger) and the raw bytes of the fields an ExecutionResult repeats (execution_id and
+job_id, scheduled_for_ms, attempt, job_version), which
+:mod:`services.executor.result_bytes` splices into results unchanged. Nothing is parsed by
+hand here: this module chooses the runs of fields the decoder keeps by their bytes
+(:data:`_MEMOS`) and the checks that go with them.
 
-Consecutive DueEvents mostly repeat runs of fields: job_version through attempt (one
-instant's fires), handler through tenant (one kind of job), emitted_at_ms (one emitting
-batch). The reader keeps the bytes of the last runs it parsed with their values, and a
-record holding the same bytes at the same place reads them from there: Avro encodings are
-prefix-free, so equal bytes read as equal values and end at the same place. Most often
-everything after the ids is the last record's (one instant's fires of one job kind): one
-comparison stands for all of it. ~1.1 us a record here (1.3 with the runs alone) instead of
-~3 us.
+Consecutive DueEvents mostly repeat runs of fields: everything after the ids (one instant's
+fires of one job kind: one comparison stands for all of it); scheduled_for_ms through
+attempt (one instant); handler through tenant (one kind of job); emitted_at_ms (one
+emitting batch). The last three are memos inside the first, so a field that differs per
+record (job_version) defeats the outer run alone, not the ones around it.
 
-Anything the fast parser does not take exactly (another writer schema, a non-empty attempt
-``history``, a truncated or corrupt body, trailing bytes, a bad enum index) goes through
-``Codec.decode``, so a view is made either from exactly what fastavro would read or the
-record is refused with the codec's own :class:`DecodeError`. At start-up the reader parses
-probe records covering every enum symbol, long and unicode strings and extreme numbers and
-compares them with ``Codec.decode``; if any differs (the writer schema changed), every
-record goes through the codec. ``tests/services/executor/test_due_view.py`` checks the
-fast path against fastavro for random and mutated records, read alone and right after a
-similar record (the cached runs).
+Anything the decoder does not take exactly (another writer schema, a non-empty attempt
+``history``, a truncated or corrupt body, trailing bytes, a bad enum index, a varint of 10
+bytes) goes through ``Codec.decode``, so a view is made either from exactly what fastavro
+would read or the record is refused with the codec's own :class:`DecodeError`. At start-up
+the reader reads probe records covering every enum symbol, long and unicode strings and
+extreme numbers (each fresh, then again from the kept runs) and compares them with
+``Codec.decode``; if any differs, every record goes through the codec.
+``tests/services/executor/test_due_view.py`` checks the reader against fastavro for random
+and mutated records, read alone and right after a similar record (the kept runs).
 """
 
 from __future__ import annotations
 
-import re
-import struct
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from streams.avro_binary import avro_long, avro_string
+from streams.avro_reader import GeneratedReader, Memo, generate_reader
 from streams.bounds import Check
-from streams.codec import HEADER_LEN, Codec, RecordKind
-from streams.exceptions import InvalidRecordError
+from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
+from streams.exceptions import InvalidRecordError, UnsupportedSchemaError
 from streams.fast_path import FastPath
 from streams.records import Trigger
 from streams.topics import Priority
@@ -46,41 +45,33 @@ PRIORITIES: tuple[Priority, ...] = tuple(Priority)
 TRIGGERS: tuple[str, ...] = tuple(t.value for t in Trigger)
 """Trigger symbols in the order of the schema's ``Trigger`` enum."""
 
-# One canonical varint: the shortest encoding (a last byte of 0 only when it is the only
-# one) of at most 64 bits, so the raw bytes equal what fastavro writes for the value.
-_VARINT = rb"([\x00-\x7f]|[\x80-\xff]{1,8}[\x01-\x7f]|[\x80-\xff]{9}\x01)"
-# job_version, scheduled_for_ms, fire_at_ms, attempt
-_FOUR_LONGS = re.compile(_VARINT * 4, re.DOTALL)
-# timeout_ms, priority, retry {max_attempts, initial_backoff_ms, multiplier (8 bytes),
-# max_backoff_ms, jitter_ratio (8 bytes)}, trigger
-_TIMEOUT_TO_TRIGGER = re.compile(
-    _VARINT * 4 + rb"[\x00-\xff]{8}" + _VARINT + rb"[\x00-\xff]{8}" + _VARINT, re.DOTALL
+# The fields of the writer schema the runs below were chosen for (and the probes cover): a
+# writer schema with others goes through the codec until the reader is proven for it.
+_SERVED_FIELDS = (
+    "execution_id", "job_id", "job_version", "scheduled_for_ms", "fire_at_ms", "attempt",
+    "handler", "payload", "timeout_ms", "priority", "retry", "trigger", "tenant",
+    "emitted_at_ms", "history",
+)  # fmt: skip
+# Runs of fields kept by their bytes, and the fields of each checked when it is parsed: the
+# whole tail (one instant's fires of one kind) holding the runs that survive a per-record
+# job_version: the longs of one instant, one job kind's fields, one emitting batch's stamp.
+_TAIL = ("job_version", "history")
+_CHECKED_RUNS = (
+    (("scheduled_for_ms", "attempt"), ("scheduled_for_ms", "fire_at_ms", "attempt")),
+    (("handler", "tenant"), ("handler", "timeout_ms", "retry", "tenant")),
+    (("emitted_at_ms", "emitted_at_ms"), ("emitted_at_ms",)),
 )
-_ONE_LONG = re.compile(_VARINT, re.DOTALL)
-_CACHED_RUNS = 4
-_DOUBLE = struct.Struct("<d").unpack_from
-# The bounded fields, by where the reader checks them: the ids per record, the longs when
-# they are decoded (not taken over from the last record), the run handler..tenant when it is
-# parsed (not a cached run).
+# Checked per record, on the view: the ids (job_version by its raw varint, below).
 _ID_FIELDS = ("execution_id", "job_id")
-_LONG_FIELDS = ("scheduled_for_ms", "fire_at_ms", "attempt")
-_RUN_FIELDS = ("handler", "timeout_ms", "retry", "tenant")
-
-
-def _raise_if_invalid(reason: str | None) -> None:
-    if reason is not None:
-        raise InvalidRecordError(reason)
-
-
-# The bytes of job_version .. attempt; their raw job_version, scheduled_for_ms and attempt,
-# and the values of scheduled_for_ms, attempt and fire_at_ms.
-_Longs = tuple[bytes, tuple[bytes, bytes, bytes, int, int, int]]
-# handler, payload, timeout_ms, priority, trigger index
-_RunFields = tuple[bytes, bytes, int, Priority, int]
-
-
-class _NotFastError(Exception):
-    """The fast parser does not take this record; the codec decides."""
+# The view's values derived from the bytes rather than a field's value.
+_RAW = {
+    "raw_ids": ("execution_id", "job_id"),
+    "raw_scheduled_for_ms": ("scheduled_for_ms", "scheduled_for_ms"),
+    "raw_attempt": ("attempt", "attempt"),
+    "raw_job_version": ("job_version", "job_version"),
+    "raw_emitted_at_ms": ("emitted_at_ms", "emitted_at_ms"),
+}
+_UTF8 = {"key": "job_id", "handler": "handler"}
 
 
 class DueView(NamedTuple):
@@ -106,9 +97,6 @@ class DueView(NamedTuple):
     record: dict[str, Any] | None  # the decoded record when the codec read it, else None
 
 
-_new_view = tuple.__new__  # DueView(...) without the Python-level __new__ of a NamedTuple
-
-
 def decode_long(raw: bytes) -> int:
     """The value of one Avro int or long varint (``raw`` holds exactly its bytes)."""
     value = shift = 0
@@ -118,80 +106,56 @@ def decode_long(raw: bytes) -> int:
     return (value >> 1) ^ -(value & 1)
 
 
-def _length(data: bytes, pos: int) -> tuple[int, int]:
-    """A string or bytes length at ``pos`` and where its content starts."""
-    byte = data[pos]
-    if byte < 0x80:
-        if byte & 1:
-            raise _NotFastError
-        return byte >> 1, pos + 1
-    match = _ONE_LONG.match(data, pos)
-    if match is None:
-        raise _NotFastError
-    length = decode_long(match.group(1))
-    if length < 0 or length > len(data):  # a corrupt length: past any position (the codec says)
-        raise _NotFastError
-    return length, match.end()
-
-
 class DueReader:
-    """Reads DueEvents into :class:`DueView` s: the fast parser, or the codec when it must."""
+    """Reads DueEvents into :class:`DueView` s: the generated decoder, or the codec when it
+    must (see the module)."""
 
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
-        self._header = b"\xc3\x01" + codec.writer_fingerprint(RecordKind.DUE_EVENT)
+        kind = RecordKind.DUE_EVENT
         self._priority_of = {p.value: p for p in Priority}
         self._trigger_of = {symbol: i for i, symbol in enumerate(TRIGGERS)}
-        self._reset_runs()
-        # The bounds of schemas/bounds.json: the ids per record; the view's other fields when
-        # the record is parsed in full (a record whose bytes after the ids are the last one's
-        # was checked then); the fields a view does not hold when their run of bytes is
-        # parsed (a record breaking one of those goes to the codec, which raises
-        # InvalidRecordError with the reason).
-        name = codec.record_name(RecordKind.DUE_EVENT)
-        self._check_ids: Check | None = None
-        self._check_longs: Check | None = None
-        self._check_run: Check | None = None
-        self._check_version: Check | None = None
-        self._check_emitted: Check | None = None
-        self.fast = True
-        self.fast = all(self._agrees(r) for r in probe_records())
-        self.fast_path = FastPath(
-            "the fast DueEvent reader (services/executor/due_view.py)", self.fast
-        )
-        self._check_ids = codec.bounds.checker(name, fields=_ID_FIELDS, attribute=True)
-        self._check_longs = codec.bounds.checker(name, fields=_LONG_FIELDS)
-        self._check_run = codec.bounds.checker(name, fields=_RUN_FIELDS)
+        name = codec.record_name(kind)
+        # The bounds of schemas/bounds.json: the ids per record, job_version per record by
+        # its raw varint; every other field with its run of bytes, when that is parsed (a
+        # record breaking one goes to the codec, which raises InvalidRecordError with the
+        # reason).
+        self._check_ids: Check = codec.bounds.checker(name, fields=_ID_FIELDS, attribute=True)
         # job_version differs per job: when its bound is "not negative" alone, the sign bit
         # of its raw varint (zig-zag) says it, with no decode.
         self._version_sign_only = dict(codec.bounds.field_bound(name, "job_version")) == {"min": 0}
-        self._check_version = codec.bounds.checker(name, fields=("job_version",))
-        self._check_emitted = codec.bounds.checker(name, fields=("emitted_at_ms",))
-        self._reset_runs()
+        self._check_version: Check = codec.bounds.checker(name, fields=("job_version",))
+        checks = [codec.bounds.checker(name, fields=fields) for _, fields in _CHECKED_RUNS]
+        self._decoder, why_off = self._proven_decoder(checks)
+        self.fast = self._decoder is not None
+        self.fast_path = FastPath(
+            "the fast DueEvent reader (services/executor/due_view.py)", self.fast, why_off
+        )
+        header = SINGLE_OBJECT_MAGIC + codec.writer_fingerprint(kind)
+        self._served_header = header if self.fast else None
+        self._read = self._decoder.read if self._decoder is not None else _unserved
 
     def read(self, value: bytes) -> DueView:
         """The view of one DueEvent; raises :class:`DecodeError` when it is not one, and its
         subclass :class:`InvalidRecordError` when it breaks a bound (``schemas/bounds.json``)."""
-        if self.fast and value.startswith(self._header):
+        if value[:HEADER_LEN] == self._served_header:
             try:
-                return self._parse(value)
-            except (_NotFastError, IndexError, UnicodeDecodeError, ValueError, OverflowError):
+                view: DueView = self._read(value)
+            except (IndexError, ValueError):
                 pass  # the codec decides: a record it reads, or its DecodeError
+            else:
+                reason = self._check_ids(view)
+                if reason is not None:
+                    raise InvalidRecordError(reason)
+                raw_version = view.raw_job_version
+                if self._version_sign_only:
+                    if not raw_version[0] & 1:
+                        return view
+                elif self._check_version({"job_version": decode_long(raw_version)}) is None:
+                    return view
+                # out of bounds: the codec raises InvalidRecordError with the reason
         self.fast_path.fell_back()
         return self.from_record(self._codec.decode(RecordKind.DUE_EVENT, value), value)
-
-    def _reset_runs(self) -> None:
-        """Forget the runs parsed (the probes' are unchecked)."""
-        # The last runs of fields parsed (their bytes and values): consecutive DueEvents
-        # mostly repeat them (one instant's fires; one job kind's handler through tenant).
-        self._last_longs: _Longs | None = None
-        # emitted_at_ms and the empty history, and the raw emitted_at_ms (never matched
-        # until a record's end was read and checked)
-        self._last_end = (b"", b"")
-        self._runs: list[tuple[bytes, _RunFields]] = []
-        # The bytes after the ids of the last record parsed in full and the view's fields
-        # they hold (scheduled_for_ms on); empty until then (a record never has an empty one).
-        self._last_tail: tuple[bytes, tuple[Any, ...]] = (b"", ())
 
     def from_record(self, record: dict[str, Any], value: bytes) -> DueView:
         """The view of a decoded DueEvent record (a writer schema the fast parser lacks)."""
@@ -229,196 +193,56 @@ class DueReader:
             return view.record
         return self._codec.decode(RecordKind.DUE_EVENT, view.value)
 
-    def _parse(self, data: bytes) -> DueView:
-        # String lengths under 64 take one byte: read inline, _length() for the rest.
-        pos = HEADER_LEN
-        length = data[pos]
-        pos += 1
-        if length > 0x7F or length & 1:
-            length, pos = _length(data, HEADER_LEN)
-        else:
-            length >>= 1
-        start = pos
-        pos += length
-        execution_id = data[start:pos].decode()
-        length = data[pos]
-        pos += 1
-        if length > 0x7F or length & 1:
-            length, pos = _length(data, pos - 1)
-        else:
-            length >>= 1
-        start = pos
-        pos += length
-        key = data[start:pos]
-        raw_ids = data[HEADER_LEN:pos]
-        # Avro items are prefix-free: bytes that start with a run of items read before
-        # read as exactly those items, so a cached run stands for its parse. Most often
-        # everything after the ids is the last record's (one instant's fires of one kind).
-        tail, values = self._last_tail
-        if len(data) - pos == len(tail) and tail and data.endswith(tail):
-            view = _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
-            if self._check_ids is not None:
-                _raise_if_invalid(self._check_ids(view))
-            return view
-        ids_end = pos
-        longs = self._last_longs
-        if longs is None or not data.startswith(longs[0], pos):
-            longs = self._read_longs(data, pos)
-        raw_version, raw_scheduled, raw_attempt, scheduled, attempt, fire_at = longs[1]
-        pos += len(longs[0])
-        fields = None
-        for run, cached in self._runs:
-            if data.startswith(run, pos):
-                pos += len(run)
-                fields = cached
-                break
-        if fields is None:
-            pos, fields = self._read_run(data, pos)
-        handler, payload, timeout, priority, trigger = fields
-        # The end: emitted_at_ms, an empty history (block count 0) and nothing after it.
-        end, raw_emitted = self._last_end
-        if len(data) - pos != len(end) or not data.endswith(end):
-            raw_emitted = self._read_end(data, pos)
-        values = (
-            scheduled,
-            raw_scheduled,
-            attempt,
-            raw_attempt,
-            raw_version,
-            fire_at,
-            handler,
-            payload,
-            timeout,
-            priority,
-            trigger,
-            raw_emitted,
-            None,
+    def _generate(self, checks: list[Check] | None) -> GeneratedReader:
+        """The decoder of views of the writer schema, its runs checked with ``checks``."""
+        memos = [Memo(*_TAIL, last_only=True)]
+        for i, (run, _) in enumerate(_CHECKED_RUNS):
+            memos.append(Memo(*run, check=None if checks is None else checks[i]))
+        schema = self._codec.writer_schema(RecordKind.DUE_EVENT)
+        return generate_reader(
+            schema,
+            fields=DueView._fields,
+            memos=memos,
+            start=HEADER_LEN,
+            as_tuple=DueView,
+            raw=_RAW,
+            utf8=_UTF8,
+            data_as="value",
+            constants={"record": None},
+            enum_values={"kafkron.Priority": PRIORITIES, "kafkron.Trigger": range(len(TRIGGERS))},
+            require={"history": b"\x00"},  # a non-empty history: the codec reads it
+            canonical=True,  # the raw bytes are spliced into results as fastavro writes them
         )
-        view = _new_view(DueView, (data, execution_id, key.decode(), key, raw_ids, *values))
-        if self._check_ids is not None:
-            _raise_if_invalid(self._check_ids(view))
-        self._last_tail = (data[ids_end:], values)  # only a checked record's
-        return view
 
-    def _read_end(self, data: bytes, pos: int) -> bytes:
-        """Check that emitted_at_ms and an empty history end the record at ``pos``;
-        returns the raw emitted_at_ms."""
-        emitted = _ONE_LONG.match(data, pos)
-        if emitted is None or emitted.end() != len(data) - 1 or data[-1] != 0:
-            raise _NotFastError
-        raw_emitted = emitted.group(1)
-        if self._check_emitted is not None and self._check_emitted(
-            {"emitted_at_ms": decode_long(raw_emitted)}
-        ):
-            raise _NotFastError  # the codec raises InvalidRecordError with the reason
-        self._last_end = (data[pos:], raw_emitted)
-        return raw_emitted
-
-    def _read_longs(self, data: bytes, pos: int) -> _Longs:
-        """Parse job_version, scheduled_for_ms, fire_at_ms and attempt at ``pos``."""
-        longs = _FOUR_LONGS.match(data, pos)
-        if longs is None:
-            raise _NotFastError
-        raw_version, raw_scheduled, raw_fire_at, raw_attempt = longs.groups()
-        check_version = self._check_version
-        if check_version is not None:
-            if self._version_sign_only:
-                if raw_version[0] & 1:
-                    raise _NotFastError  # negative: the codec raises InvalidRecordError
-            elif check_version({"job_version": decode_long(raw_version)}):
-                raise _NotFastError  # the codec raises InvalidRecordError with the reason
-        # The run differs from the last one, mostly by job_version alone (one instant's
-        # jobs): values of raw bytes seen last are taken over (they were checked), not
-        # decoded again.
-        last = self._last_longs
-        fresh = last is None
-        if last is not None and last[1][1] == raw_scheduled:
-            scheduled = last[1][3]
-        else:
-            scheduled = decode_long(raw_scheduled)
-            fresh = True
-        if last is not None and last[1][2] == raw_attempt:
-            attempt = last[1][4]
-        else:
-            attempt = decode_long(raw_attempt)
-            fresh = True
-        # fire_at_ms is scheduled_for_ms unless jittered
-        fire_at = scheduled
-        if raw_fire_at != raw_scheduled:
-            fire_at = decode_long(raw_fire_at)
-            fresh = True
-        elif last is not None and fire_at != last[1][5]:
-            fresh = True  # the last record's was jittered: this one was not checked yet
-        if fresh and self._check_longs is not None:
-            values = {"scheduled_for_ms": scheduled, "fire_at_ms": fire_at, "attempt": attempt}
-            if self._check_longs(values):
-                raise _NotFastError  # the codec raises InvalidRecordError with the reason
-        parsed = (
-            data[pos : longs.end()],
-            (raw_version, raw_scheduled, raw_attempt, scheduled, attempt, fire_at),
-        )
-        self._last_longs = parsed
-        return parsed
-
-    def _read_run(self, data: bytes, pos: int) -> tuple[int, _RunFields]:
-        """Parse handler through tenant at ``pos``; returns the end and the fields."""
-        begin = pos
-        length, pos = _length(data, pos)
-        start = pos
-        pos += length
-        handler = data[start:pos]
-        handler.decode()  # fastavro refuses invalid UTF-8 in a string
-        length, pos = _length(data, pos)
-        start = pos
-        pos += length
-        payload = data[start:pos]
-        tail = _TIMEOUT_TO_TRIGGER.match(data, pos)
-        if tail is None:
-            raise _NotFastError
-        raw_timeout, raw_priority, _, _, _, raw_trigger = tail.groups()
-        priority, trigger = raw_priority[0], raw_trigger[0]
-        if priority > 4 or priority & 1 or trigger > 10 or trigger & 1:
-            raise _NotFastError  # not an index of the enum (zig-zag: even bytes are >= 0)
-        length, pos = _length(data, tail.end())
-        start = pos
-        pos += length
-        tenant = data[start:pos].decode()  # validated (and checked against its bounds)
-        if pos > len(data):
-            raise _NotFastError  # truncated: a slice would not tell
-        if self._check_run is not None and self._check_run(
-            {
-                "handler": handler.decode(),
-                "timeout_ms": decode_long(raw_timeout),
-                "retry": {
-                    "max_attempts": decode_long(tail.group(3)),
-                    "initial_backoff_ms": decode_long(tail.group(4)),
-                    "multiplier": _DOUBLE(data, tail.end(4))[0],
-                    "max_backoff_ms": decode_long(tail.group(5)),
-                    "jitter_ratio": _DOUBLE(data, tail.end(5))[0],
-                },
-                "tenant": tenant,
-            }
-        ):
-            raise _NotFastError  # the codec raises InvalidRecordError with the reason
-        fields = (
-            handler,
-            payload,
-            decode_long(raw_timeout),
-            PRIORITIES[priority >> 1],
-            trigger >> 1,
-        )
-        self._runs = [(data[begin:pos], fields), *self._runs[: _CACHED_RUNS - 1]]
-        return pos, fields
-
-    def _agrees(self, record: Mapping[str, Any]) -> bool:
-        value = self._codec.encode(RecordKind.DUE_EVENT, record)
-        expected = self.from_record(
-            self._codec.decode(RecordKind.DUE_EVENT, value, check=False), value
-        )
+    def _proven_decoder(self, checks: list[Check]) -> tuple[GeneratedReader | None, str]:
+        """The decoder, if the writer schema is the one served and, without its checks (the
+        probes break bounds), it reads every probe as the codec does: fresh, again from the
+        runs kept, and after each other probe; else None and why."""
+        codec, kind = self._codec, RecordKind.DUE_EVENT
+        names = tuple(str(f["name"]) for f in codec.writer_schema(kind)["fields"])
+        if names != _SERVED_FIELDS:
+            return None, "the DueEvent writer schema has fields its runs were not chosen for"
         try:
-            return self._parse(value) == expected._replace(record=None)
-        except (_NotFastError, IndexError, UnicodeDecodeError):
-            return False
+            unchecked = self._generate(None)
+            decoder = self._generate(checks)
+        except UnsupportedSchemaError as exc:
+            return None, f"the DueEvent schema has what it cannot read ({exc})"
+        probes = [codec.encode(kind, record) for record in probe_records()]
+        try:
+            for _ in range(2):
+                for value in probes:
+                    expected = self.from_record(codec.decode(kind, value, check=False), value)
+                    for _ in range(2):
+                        if unchecked.read(value) != expected._replace(record=None):
+                            return None, ""
+        except (IndexError, ValueError):
+            return None, ""
+        return decoder, ""
+
+
+def _unserved(data: bytes) -> DueView:
+    """The decoder of a reader that is off (never called: it serves no header)."""
+    raise ValueError("the fast DueEvent reader is off")
 
 
 class DueEventMapping(Mapping[str, Any]):
