@@ -61,8 +61,15 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
     # start with the big-endian fire time, so one bytes comparison decides it.
     on_time_from = keys.pack_ms(now_ms - scope.env.misfire_grace_ms)
     limited = scope.env.tenant_limits.active  # the one check per drain when none is set
+    # With limits, a fast entry of a limited tenant (its stored DueEvent ends with the
+    # tenant's name) goes through its job's state; other tenants' entries fire as usual.
+    limited_ends: tuple[bytes, ...] = ()
     if limited:
-        on_time_from = _NO_FAST
+        suffixes = scope.env.limited_suffixes
+        if suffixes is None:  # every tenant is limited
+            on_time_from = _NO_FAST
+        else:
+            limited_ends = suffixes
     due_topics = scope.env.due_topics
     tail = scope.env.due_bytes.tail(now_ms)
     out: list[tuple[str, bytes | None, bytes | None]] = []
@@ -84,6 +91,7 @@ def drain_due(scope: Scope, budget: int, *, collect: bool = True) -> int:
             (kind == _RANKED or kind == _SCHEDULE)  # noqa: SIM109 (two int compares, compiled)
             and value[0] == FAST_MARKER
             and key >= on_time_from
+            and not (limited_ends and value.endswith(limited_ends))
         ):
             if moved_possible:
                 if scope.wheel.get(key) != value:

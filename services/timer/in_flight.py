@@ -78,6 +78,11 @@ class InFlightLimits:
         self.parked: Counter[str] = Counter()  # DueEvents parked, by tenant (metrics)
         self.released: Counter[str] = Counter()
 
+    def named(self) -> tuple[frozenset[str], bool]:
+        """The tenants limited by name, and whether every other tenant is limited too (a
+        ``"*"`` default)."""
+        return frozenset(self._shares), self._default is not None
+
     def share(self, tenant: str) -> int | None:
         """How many runs ``tenant`` may have in flight in one partition; None: no limit."""
         return self._shares.get(tenant, self._default)

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from services.timer.in_flight import InFlightLimits
+from streams.avro_binary import avro_string
 
 CLOCK_PREFIX = b"\xfftenant-clock."
 """In the ``jobs`` store, followed by the tenant's UTF-8 name; ``\\xff`` starts no job id."""
@@ -72,6 +73,16 @@ class TenantLimits:
         self.throttled: Counter[str] = Counter()
         self.delay_ms: Counter[str] = Counter()
         self.held: Counter[str] = Counter()
+
+    def limited_suffixes(self) -> tuple[bytes, ...] | None:
+        """The Avro encodings of the names of the tenants under any limit, or None when every
+        tenant is (a ``"*"`` default). A first-attempt DueEvent stored in a fast wheel entry
+        ends with its tenant's encoding (``drain.py``): an entry that does not end with one of
+        these is of a tenant without a limit and fires on the fast path."""
+        in_flight_named, in_flight_default = self.in_flight.named()
+        if self._default_us is not None or in_flight_default:
+            return None
+        return tuple(avro_string(t) for t in sorted(set(self._interval_us) | in_flight_named))
 
     def interval_us(self, tenant: str) -> int | None:
         """Microseconds between the tenant's slots in one partition; None: not limited."""

@@ -94,6 +94,9 @@ class TimerEnv:
     tenant_ranks: TenantRanks = field(default_factory=TenantRanks)
     # Per-tenant executions/s limits and their clocks (``limits.py``); inactive when empty.
     tenant_limits: TenantLimits = field(default_factory=lambda: TenantLimits({}, 1))
+    # With limits: the endings of a fast entry whose tenant is limited (``drain.py``); None
+    # sends every entry through its job's state.
+    limited_suffixes: tuple[bytes, ...] | None = None
 
     def decode_job(self, data: bytes) -> dict[str, Any]:
         """The Job record in ``data``; raises DecodeError when it is not one."""
@@ -120,6 +123,19 @@ class TimerEnv:
         """The environment of a timer configured by ``settings``."""
         codec = codec or Codec.from_directory()
         names = TopicNames(settings.kafka.namespace)
+        tenant_limits = TenantLimits(
+            {
+                tenant: limit.executions_per_s
+                for tenant, limit in settings.tenant_limits.items()
+                if limit.executions_per_s is not None
+            },
+            settings.kafka.partitions,
+            {
+                tenant: limit.in_flight
+                for tenant, limit in settings.tenant_limits.items()
+                if limit.in_flight is not None
+            },
+        )
         return cls(
             codec=codec,
             due_bytes=DueEventBytes(codec),
@@ -140,20 +156,18 @@ class TimerEnv:
             result_reader=ResultReader(codec),
             releases_topic=names.dag_releases,
             tenant_ranks=TenantRanks(settings.tenant_weights, enabled=settings.fair_tenants),
-            tenant_limits=TenantLimits(
-                {
-                    tenant: limit.executions_per_s
-                    for tenant, limit in settings.tenant_limits.items()
-                    if limit.executions_per_s is not None
-                },
-                settings.kafka.partitions,
-                {
-                    tenant: limit.in_flight
-                    for tenant, limit in settings.tenant_limits.items()
-                    if limit.in_flight is not None
-                },
+            tenant_limits=tenant_limits,
+            limited_suffixes=(
+                tenant_limits.limited_suffixes() if _tenant_ends_prefixes(codec) else None
             ),
         )
+
+
+def _tenant_ends_prefixes(codec: Codec) -> bool:
+    """Whether ``tenant`` is the DueEvent field just before ``emitted_at_ms`` (where a fast
+    entry's stored prefix ends: ``due_bytes.py``)."""
+    names = [f["name"] for f in codec.writer_schema(RecordKind.DUE_EVENT)["fields"]]
+    return "emitted_at_ms" in names and names[names.index("emitted_at_ms") - 1] == "tenant"
 
 
 @dataclass

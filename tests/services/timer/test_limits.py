@@ -350,6 +350,41 @@ def restarted_with(timer: Timer, **overrides: Any) -> Timer:
     return restarted
 
 
+class ReadCounting(FakeStore):
+    """The jobs store, counting the reads of each key (a fire through its job's state reads
+    the job; a fast entry does not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: Counter[bytes] = Counter()
+
+    def get(self, key: bytes) -> bytes | None:
+        self.reads[key] += 1
+        return super().get(key)
+
+
+@pytest.mark.parametrize("limits", [LIMITED, {"a": {"in_flight": 24}}, {"*": {"in_flight": 99}}])
+def test_with_limits_only_a_limited_tenants_entries_go_through_their_jobs_state(
+    limits: dict[str, Any],
+) -> None:
+    timer = Timer(tenant_limits=limits)
+    timer.jobs = ReadCounting()
+    submit_herd(timer, 5, 5)
+    timer.submit(one_off("aa-0", T0, tenant="aa"), T0 - 5_000)  # a name ending like "a"'s
+    timer.jobs.reads.clear()
+    timer.run(T0, T0 + 1_000, 10)
+    assert Counter(d["execution_id"] for d in timer.dues()).most_common(1)[0][1] == 1
+    read = {key.decode() for key in timer.jobs.reads if key[:1] != b"\xff"}
+    every_tenant = "*" in limits  # a default limits every tenant: all through their state
+    assert read == {
+        job_id
+        for job_id in (f"{t}-{i:04d}" for t in "ab" for i in range(5))
+        if job_id.startswith("a-") or every_tenant
+    } | ({"aa-0"} if every_tenant else set())
+    fired_b = [d for d in timer.dues() if d["tenant"] == "b"]
+    assert len(fired_b) == 5 and all(d["fire_at_ms"] == T0 for d in fired_b)
+
+
 def test_a_limit_removed_at_a_restart_lets_its_parked_fires_out() -> None:
     """Parked fires waited for results of their tenant's counted runs; with the limit gone
     (limits are read at start) nothing counts runs any more, so they go out at once."""
