@@ -10,17 +10,13 @@ self-delimiting), and ``k\0<term>`` counts the jobs under a term. A filtered pag
 range of its rarest term (:func:`page_of_matches`, the counts say which) and checks the other
 terms on each value read with the key: one seek per page, no seek per item.
 
-A page is the ids after a position, in job id order: through the ``jobs`` keys themselves
-without filters, by one scan of a term as above, or (:func:`page_of_ids`) by a leapfrog
-join of the filters' terms (each term's keys are seeked to the largest candidate so far
-until all agree), so a rare combination costs seeks, not a scan
-(a scan already at the candidate is not seeked again, and after a match the first scan steps
-to its next key). The cursor is the position where the next page starts (the last id plus
-``\\0``, or the next match), so paging is stable under concurrent writes: a job created
-meanwhile lands before the cursor (never seen) or after it (seen once), and no other job
-moves or repeats. Every page is bounded: after ``budget`` seeks and steps it answers what it
-found with a cursor that resumes there (a page may hold fewer than ``limit`` items and still
-have a next one).
+A page is the ids after a position, in job id order (:func:`page_of_matches`): a scan of
+the pre-rendered rows' keys without filters, else one scan of a term as above. The cursor
+is the position where the next page starts (the last id plus ``\\0``, or the next match),
+so paging is stable under concurrent writes: a job created meanwhile lands before the
+cursor (never seen) or after it (seen once), and no other job moves or repeats. Every page
+is bounded: after ``budget`` keys read it answers what it found with a cursor that resumes
+there (a page may hold fewer than ``limit`` items and still have a next one).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -132,60 +128,6 @@ def decode_cursor(cursor: str, *, min_length: int = 1, text: bool = True) -> byt
     return raw
 
 
-def page_of_ids(
-    iterator_of: Any,
-    prefixes: Iterable[bytes],
-    start: bytes,
-    limit: int,
-    budget: int = PAGE_BUDGET,
-    id_prefix: bytes = b"",
-    values: list[bytes] | None = None,
-) -> tuple[list[str], bytes | None]:
-    """Up to ``limit`` job ids at or after ``start`` present under every prefix (keys
-    ``<prefix><job_id>``) and starting with ``id_prefix``, in order, and the position of
-    the next page (None at the end).
-
-    ``iterator_of()`` opens a fresh RocksDB iterator. The ids with ``id_prefix`` are one
-    range of the order: the scan starts at it and ends where it does. With ``values``,
-    the value of the first prefix's key of each id found is appended to it (what a scan
-    of a table of values already holds: no get of its own).
-    """
-    scans = [(prefix, iterator_of()) for prefix in prefixes]
-    at: list[bytes | None] = [None] * len(scans)  # where each scan's iterator is
-    found: list[str] = []
-    candidate = max(start, id_prefix)
-    steps = 0
-    while steps < budget:
-        agreed = 0
-        for index, (prefix, it) in enumerate(scans):
-            if at[index] != candidate:  # (a scan already there is not seeked again)
-                steps += 1
-                it.seek(prefix + candidate)
-                position = _position(it, prefix, id_prefix)
-                if position is None:
-                    return found, None
-                at[index] = position
-                if position != candidate:
-                    candidate = position
-                    break
-            agreed += 1
-        if agreed == len(scans):
-            if len(found) == limit:
-                return found, candidate  # one more exists: the next page starts at it
-            found.append(candidate.decode())
-            if values is not None:
-                values.append(bytes(scans[0][1].value()))
-            # The first scan's next key is the next candidate (a step, not a seek).
-            prefix, it = scans[0]
-            steps += 1
-            it.next()
-            position = _position(it, prefix, id_prefix)
-            if position is None:
-                return found, None
-            at[0] = candidate = position
-    return found, candidate
-
-
 def _position(it: RawIterator, prefix: bytes, id_prefix: bytes) -> bytes | None:
     """The job id the iterator is at under ``prefix`` and in the ``id_prefix`` range, or
     None past them (every later id is past them too)."""
@@ -206,11 +148,16 @@ def page_of_matches(
     limit: int,
     budget: int = PAGE_BUDGET,
     id_prefix: bytes = b"",
+    values: list[bytes] | None = None,
 ) -> tuple[list[str], bytes | None]:
-    """What :func:`page_of_ids` answers for the terms ``prefix``'s and ``others``, by one
-    scan of ``prefix`` (``INDEX + term``) whose values are each job's term list: a job
-    matches when ``others`` are all in it. Every key read counts against ``budget``;
-    the cursor is the next match, or where the scan stopped, or None at the end."""
+    """Up to ``limit`` job ids at or after ``start`` (and starting with ``id_prefix``) under
+    ``prefix`` and the terms ``others``, in order, and the position of the next page (None
+    at the end), by one scan of ``prefix``: a term's (``INDEX + term``), whose values are
+    each job's term list, a job matching when ``others`` are all in it; or, with no
+    ``others``, any table keyed ``<prefix><job_id>``. Every key read counts against
+    ``budget``; the cursor is the next match, or where the scan stopped. With ``values``,
+    the value of each id's key is appended to it (what the scan already holds: no get of
+    its own)."""
     found: list[str] = []
     matches: dict[bytes, bool] = {}  # term list -> whether it holds ``others``
     iterator.seek(prefix + max(start, id_prefix))
@@ -233,4 +180,6 @@ def page_of_matches(
         if len(found) == limit:
             return found, position  # one more exists: the next page starts at it
         found.append(position.decode())
+        if values is not None:
+            values.append(bytes(iterator.value()))
         iterator.next()

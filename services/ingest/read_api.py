@@ -123,7 +123,7 @@ def install_reads(app: FastAPI, settings: IngestSettings, codec: Codec) -> None:
         writes."""
         # Runs in the event loop, not the threadpool: a page is about 1 ms of CPU, mostly
         # Python holding the GIL, so a thread adds a hop and no parallelism; its work is
-        # bounded (job_index.PAGE_BUDGET seeks and steps).
+        # bounded (job_index.PAGE_BUDGET keys read).
         labels = _labels(label or [])
         if isinstance(labels, str):
             return invalid("query", "label", labels, label)

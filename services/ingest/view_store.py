@@ -59,7 +59,6 @@ from services.ingest.job_index import (
     JobFilter,
     decode_cursor,
     encode_cursor,
-    page_of_ids,
     page_of_matches,
 )
 from services.ingest.json_bytes import json_bytes
@@ -294,8 +293,8 @@ class ViewStore:
         terms = where.terms()
         id_prefix = where.id_prefix.encode()
         if not terms:
-            return page_of_ids(
-                self._db.iter, [table], start, limit, id_prefix=id_prefix, values=values
+            return page_of_matches(
+                self._db.iter(), table, frozenset(), start, limit, PAGE_BUDGET, id_prefix, values
             )
         rarest = terms[0]
         if len(set(terms)) > 1:
