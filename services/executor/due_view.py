@@ -37,6 +37,7 @@ from streams.bounds import Check
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
 from streams.exceptions import InvalidRecordError, UnsupportedSchemaError
 from streams.fast_path import FastPath
+from streams.probe_records import probe_records
 from streams.records import Trigger
 from streams.topics import Priority
 
@@ -227,7 +228,12 @@ class DueReader:
             decoder = self._generate(checks)
         except UnsupportedSchemaError as exc:
             return None, f"the DueEvent schema has what it cannot read ({exc})"
-        probes = [codec.encode(kind, record) for record in probe_records()]
+        # From the schema (every enum symbol, union branch, edge string and number within
+        # the bounds); the history empty, as the reader serves only first attempts' records.
+        probes = [
+            codec.encode(kind, {**record, "history": []})
+            for record in probe_records(codec.writer_schema(kind), codec.bounds)
+        ]
         try:
             for _ in range(2):
                 for value in probes:
@@ -282,37 +288,3 @@ class DueEventMapping(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.full())
-
-
-def probe_records() -> list[dict[str, Any]]:
-    """DueEvents covering every enum symbol, short and long strings, extreme numbers."""
-    records = []
-    for i, priority in enumerate(Priority):
-        for j, trigger in enumerate(Trigger):
-            some = (i + j) % 2 == 0
-            records.append(
-                {
-                    "execution_id": f"jöb-{i}@{-(10**12) - j}" * (1 + 10 * j),
-                    "job_id": "" if j == 1 else f"jöb-{i}" * (j + 1) * 20,
-                    "job_version": 2**63 - 1 if some else -(2**63),
-                    "scheduled_for_ms": -(10**12) - j if some else 2**62 + i,
-                    "fire_at_ms": 63 + j,
-                    "attempt": -(2**31) if j == 2 else 2**31 - 1 if some else 64 * j + i,
-                    "handler": "a.b" * (j * 30 + 1),
-                    "payload": bytes(range(256))[: 70 * j],
-                    "timeout_ms": 0 if j == 3 else 10**6 * i - 1,
-                    "priority": priority.value,
-                    "retry": {
-                        "max_attempts": 3 + i,
-                        "initial_backoff_ms": -j,
-                        "multiplier": float("inf") if some else -0.5,
-                        "max_backoff_ms": 2**40,
-                        "jitter_ratio": 0.1 * j,
-                    },
-                    "trigger": trigger.value,
-                    "tenant": "tën" * (20 * i),
-                    "emitted_at_ms": 1_780_000_000_123 + i * j,
-                    "history": [],
-                }
-            )
-    return records
