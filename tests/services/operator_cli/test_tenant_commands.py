@@ -7,6 +7,7 @@ Another tenant's job, execution or dead letter is refused exactly like a missing
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -95,7 +96,17 @@ def test_every_command_refuses_another_tenants_job_like_a_missing_one(
     dead_letter(feeder, job, DEAD_TICK, "acme")
     feeder.flush()
     dead = execution_id(job, DEAD_TICK)
-    before = kafkron(acme, "show", job, "--json").json()
+    # The view applies the results and the dead letter when it reads them from Kafka: wait
+    # for both, so "nothing changed" below compares against the applied state.
+    deadline = time.monotonic() + 30
+    while True:
+        before = kafkron(acme, "show", job, "--json").json()
+        dead_letters = kafkron(acme, "dlq", "list", "--json").json()["items"]  # type: ignore[index]
+        applied = len(before["recent_executions"]) == 2 and len(dead_letters) == 1  # type: ignore[index]
+        if applied or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert applied, (before, dead_letters)
     window = ["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T12:00:00Z"]
     commands = [
         ["show", "{id}"],
