@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import Protocol
 
 import click
 
@@ -36,55 +38,75 @@ _KAFKA_ENV = (
 )
 
 
-def _service_command(
-    name: str, summary: str, prefix: str, run: Callable[[], None]
-) -> click.Command:
-    """``kafkron <name>``: run one service process until SIGTERM or Ctrl-C."""
+def _service_command(name: str, summary: str, prefix: str, main_module: str) -> click.Command:
+    """``kafkron <name>``: run one service process until SIGTERM or Ctrl-C (the ``main`` of
+    ``main_module``, imported only then, so that the CLI starts without every service)."""
 
     def command() -> int:
-        run()
+        importlib.import_module(main_module).main()
         return 0
 
     epilog = f"Environment: {prefix}* (the service's settings), {_KAFKA_ENV}."
     return click.Command(name, callback=command, help=summary, epilog=epilog)
 
 
-def _executor_commands(group: click.Group) -> None:
-    """``kafkron executor``: one executor (services/executor)."""
+def _register_service(
+    name: str,
+    summary: str,
+    prefix: str,
+    main_module: str,
+    probe: Callable[[KafkaSettings, int], Probe],
+) -> None:
+    """Register ``kafkron <name>``, which ``kafkron up`` runs (in the order registered) and
+    waits on with ``probe``."""
+    command = _service_command(name, summary, prefix, main_module)
+    REGISTRARS.append(lambda group: group.add_command(command))
+    LOCAL_SERVICES.append((name, [name]))
+    READINESS[name] = probe
 
-    def run() -> None:
-        from services.executor.main import main
 
-        main()
+class _MemberSettings(Protocol):
+    """What :func:`_member_probe` reads of a consuming service's settings."""
 
-    summary = "Run one executor (runs due executions, publishes results, retries, dead letters)."
-    group.add_command(_service_command("executor", summary, "KAFKRON_EXECUTOR_", run))
+    @property
+    def model_fields_set(self) -> set[str]: ...
+
+    def group_id(self) -> str: ...
+
+
+def _member_probe(
+    kafka: KafkaSettings,
+    pid: int,
+    settings: _MemberSettings,
+    id_field: str,
+    default_id: Callable[[int], str],
+) -> Probe:
+    """The group probe of process ``pid``, by the member id it runs with: ``id_field`` of
+    ``settings`` when its environment sets it, else the service's default for the pid."""
+    set_here = id_field in settings.model_fields_set
+    member = str(getattr(settings, id_field)) if set_here else default_id(pid)
+    return group_probe(kafka, settings.group_id(), member)
+
+
+def _timer_probe(kafka: KafkaSettings, pid: int) -> Probe:
+    from services.timer.settings import TimerSettings, default_instance_id
+
+    settings = TimerSettings(kafka=kafka)  # KAFKRON_TIMER_INSTANCE_ID
+    return _member_probe(kafka, pid, settings, "instance_id", default_instance_id)
+
+
+def _dag_probe(kafka: KafkaSettings, pid: int) -> Probe:
+    from services.dag.settings import DagSettings, default_instance_id
+
+    settings = DagSettings(kafka=kafka)  # KAFKRON_DAG_INSTANCE_ID
+    return _member_probe(kafka, pid, settings, "instance_id", default_instance_id)
 
 
 def _executor_probe(kafka: KafkaSettings, pid: int) -> Probe:
     from services.executor.settings import ExecutorSettings, default_worker_id
 
-    settings = ExecutorSettings(kafka=kafka)
-    set_here = "worker_id" in settings.model_fields_set  # by KAFKRON_EXECUTOR_WORKER_ID
-    member = settings.worker_id if set_here else default_worker_id(pid)
-    return group_probe(kafka, settings.group_id(), member)
-
-
-REGISTRARS.append(_executor_commands)
-LOCAL_SERVICES.append(("executor", ["executor"]))
-READINESS["executor"] = _executor_probe
-
-
-def _api_commands(group: click.Group) -> None:
-    """``kafkron api``: the REST API and status view (services/ingest)."""
-
-    def run() -> None:
-        from services.ingest.main import main
-
-        main()
-
-    summary = "Serve the REST API and its status view (KAFKRON_INGEST_HTTP_PORT, 8080)."
-    group.add_command(_service_command("api", summary, "KAFKRON_INGEST_", run))
+    settings = ExecutorSettings(kafka=kafka)  # KAFKRON_EXECUTOR_WORKER_ID
+    return _member_probe(kafka, pid, settings, "worker_id", default_worker_id)
 
 
 def local_api_url(kafka: KafkaSettings) -> str:
@@ -100,58 +122,31 @@ def _api_probe(kafka: KafkaSettings, pid: int) -> Probe:
     return http_probe(f"{local_api_url(kafka)}/healthz")
 
 
-REGISTRARS.append(_api_commands)
-LOCAL_SERVICES.append(("api", ["api"]))
-READINESS["api"] = _api_probe
-
-
-def _timer_commands(group: click.Group) -> None:
-    """``kafkron timer``: one timer process (services/timer)."""
-
-    def run() -> None:
-        from services.timer.main import main
-
-        main()
-
-    summary = "Run a timer (fires due jobs of its partitions)."
-    group.add_command(_service_command("timer", summary, "KAFKRON_TIMER_", run))
-
-
-def _timer_probe(kafka: KafkaSettings, pid: int) -> Probe:
-    from services.timer.settings import TimerSettings, default_instance_id
-
-    settings = TimerSettings(kafka=kafka)
-    set_here = "instance_id" in settings.model_fields_set  # by KAFKRON_TIMER_INSTANCE_ID
-    member = settings.instance_id if set_here else default_instance_id(pid)
-    return group_probe(kafka, settings.group_id(), member)
-
-
-REGISTRARS.append(_timer_commands)
-LOCAL_SERVICES.insert(0, ("timer", ["timer"]))
-READINESS["timer"] = _timer_probe
-
-
-def _dag_commands(group: click.Group) -> None:
-    """``kafkron dag``: one dag processor (services/dag)."""
-
-    def run() -> None:
-        from services.dag.main import main
-
-        main()
-
-    summary = "Run a dag processor (releases dependents of DAG runs)."
-    group.add_command(_service_command("dag", summary, "KAFKRON_DAG_", run))
-
-
-def _dag_probe(kafka: KafkaSettings, pid: int) -> Probe:
-    from services.dag.settings import DagSettings, default_instance_id
-
-    settings = DagSettings(kafka=kafka)
-    set_here = "instance_id" in settings.model_fields_set  # by KAFKRON_DAG_INSTANCE_ID
-    member = settings.instance_id if set_here else default_instance_id(pid)
-    return group_probe(kafka, settings.group_id(), member)
-
-
-REGISTRARS.append(_dag_commands)
-LOCAL_SERVICES.insert(1, ("dag", ["dag"]))
-READINESS["dag"] = _dag_probe
+_register_service(
+    "timer",
+    "Run a timer (fires due jobs of its partitions).",
+    "KAFKRON_TIMER_",
+    "services.timer.main",
+    _timer_probe,
+)
+_register_service(
+    "dag",
+    "Run a dag processor (releases dependents of DAG runs).",
+    "KAFKRON_DAG_",
+    "services.dag.main",
+    _dag_probe,
+)
+_register_service(
+    "executor",
+    "Run one executor (runs due executions, publishes results, retries, dead letters).",
+    "KAFKRON_EXECUTOR_",
+    "services.executor.main",
+    _executor_probe,
+)
+_register_service(
+    "api",
+    "Serve the REST API and its status view (KAFKRON_INGEST_HTTP_PORT, 8080).",
+    "KAFKRON_INGEST_",
+    "services.ingest.main",
+    _api_probe,
+)
