@@ -73,15 +73,16 @@ def build(root: Path = native.ROOT) -> Path:
     hashes, inputs = native.source_hashes(root), native.input_hashes(root)
     sources = [str(native.source_path(module, root)) for module in native.NATIVE_MODULES]
     generated = write_generated(root, scratch / "generated")
+    refused: list[str] = []
     try:
         _compile(root, target, scratch, [*sources, *generated.values()])
     except NativeBuildError as exc:
         if not generated:
             raise
         # Generated code mypyc refuses must not cost the hand-written modules their build:
-        # those decoders stay exec'd.
+        # the decoders (all of them: mypyc's error does not say which) stay exec'd.
         print(f"{exc}\ncompiling without the generated decoders", file=sys.stderr)
-        generated = {}
+        refused, generated = sorted(generated), {}
         for directory in (target, scratch / "temp"):
             shutil.rmtree(directory, ignore_errors=True)
         target.mkdir(parents=True)
@@ -95,6 +96,7 @@ def build(root: Path = native.ROOT) -> Path:
         "modules": hashes,
         "inputs": inputs,
         "generated": sorted(generated),
+        "generated_refused": refused,
     }
     (target / native.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     shutil.rmtree(scratch, ignore_errors=True)
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reason = native.stale_reason()
     if args.action == "status":
-        print(f"compiled modules: {reason or 'fresh, in use unless KAFKRON_NATIVE=0'}")
+        print(status_line())
         return 0 if reason is None else 1
     if reason is None and not args.force:
         print(f"compiled modules up to date in {native.build_dir()}")
@@ -173,7 +175,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     took_s = time.monotonic() - began
     print(f"compiled {len(native.NATIVE_MODULES)} modules into {target} in {took_s:.0f} s")
+    print(status_line())
     return 0
+
+
+def status_line(root: Path = native.ROOT) -> str:
+    """What ``status`` prints: whether the build is used, and whether its generated
+    decoders are compiled or were refused by mypyc (then exec'd)."""
+    reason = native.stale_reason(root)
+    if reason is not None:
+        return f"compiled modules: {reason}"
+    manifest = native.manifest(root)
+    refused, compiled = manifest.get("generated_refused", []), manifest.get("generated", [])
+    decoders = (
+        f"{len(refused)} generated decoders exec'd (mypyc refused them at the build)"
+        if refused
+        else f"{len(compiled)} generated decoders compiled"
+    )
+    return f"compiled modules: fresh, in use unless KAFKRON_NATIVE=0; {decoders}"
 
 
 if __name__ == "__main__":
