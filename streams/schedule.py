@@ -31,12 +31,12 @@ import copy
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from streams.exceptions import ScheduleError
+from streams.records import FoldPolicy as FoldPolicy
 from streams.walltime import fold_containing, instants_of_wall, wall_of_ms
 
 _ACCEPTED_FORMS = (
@@ -54,14 +54,6 @@ _ONE_MS = timedelta(milliseconds=1)
 # croniter's 'H' (hashed) fields need a hash id; a lone h, not the h in 'thu'.
 _HASHED_FIELD = re.compile(r"(?<![a-z])h(?![a-z])")
 _VALIDATION_START = datetime(2000, 1, 1)
-
-
-class FoldPolicy(StrEnum):
-    """How often a wall time inside a DST fall-back fold fires (see the module docstring)."""
-
-    AUTO = "AUTO"
-    FIRST = "FIRST"
-    EVERY = "EVERY"
 
 
 @dataclass(frozen=True)

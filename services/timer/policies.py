@@ -12,6 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from streams.records import CatchupPolicy as CatchupPolicy
+from streams.records import OverlapPolicy as OverlapPolicy
+
 # Reasons recorded on MISSED outcomes by plan_catchup.
 MISSED_OUTSIDE_WINDOW = "outside catch-up window"
 MISSED_SUPERSEDED = "superseded by a later tick (catch-up=latest)"
@@ -41,14 +44,6 @@ def jitter_offset_ms(execution_id: str, jitter_ms: int) -> int:
     ).digest()
     # 64 bits against a span of at most ~2^43 ms (278 years) keeps the modulo bias < 2^-20.
     return int.from_bytes(digest, "big") % (2 * jitter_ms + 1) - jitter_ms
-
-
-class CatchupPolicy(StrEnum):
-    """What to do with ticks that passed while no timer owned the job (Avro CatchupPolicy)."""
-
-    ALL = "ALL"
-    LATEST = "LATEST"
-    NONE = "NONE"
 
 
 @dataclass(frozen=True)
@@ -86,15 +81,6 @@ def plan_catchup(
         return CatchupPlan(fire=inside, missed=outside)
     superseded = [(tick_ms, MISSED_SUPERSEDED) for tick_ms in inside[:-1]]
     return CatchupPlan(fire=inside[-1:], missed=outside + superseded)
-
-
-class OverlapPolicy(StrEnum):
-    """What a tick does while the job's previous execution still runs (Avro OverlapPolicy)."""
-
-    SKIP = "SKIP"
-    QUEUE_ONE = "QUEUE_ONE"
-    ALLOW = "ALLOW"
-    REPLACE = "REPLACE"
 
 
 class OverlapDecision(StrEnum):
