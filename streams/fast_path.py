@@ -7,7 +7,7 @@ makes both visible: a path switched off at start-up logs one WARNING naming the 
 codec are counted, the first one logged at INFO (records with an attempt history, 10-byte
 varints and garbage go there on purpose). :func:`reads_as_the_codec` is the start-up proof
 the fast readers share, on the probe records :mod:`streams.probe_records` derives from the
-schema.
+schema; :func:`proven_decoder` runs it on a decoder generated from a kind's writer schema.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from streams.exceptions import DecodeError
+from streams.avro_binary import MAX_READ_LONG_BYTES
+from streams.avro_reader import GeneratedReader
+from streams.codec import Codec, RecordKind
+from streams.exceptions import DecodeError, UnsupportedSchemaError
+from streams.probe_records import probe_records
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +71,32 @@ def reads_as_the_codec(
     except (DecodeError, IndexError, ValueError, KeyError):
         return False
     return True
+
+
+def proven_decoder(
+    codec: Codec,
+    kind: RecordKind,
+    generate: Callable[[Mapping[str, Any]], GeneratedReader],
+    expected: Callable[[bytes], Any],
+    read_of: Callable[[GeneratedReader], Callable[[bytes], Any]],
+) -> tuple[GeneratedReader | None, str]:
+    """The decoder ``generate`` makes of the writer schema of ``kind``, if those records need
+    no resolution and ``read_of(decoder)`` reads every probe record as ``expected`` (the
+    codec's decoding, in the reader's form: :func:`reads_as_the_codec`); else None and why
+    (empty when it read a probe otherwise). Its memos are cleared after the proof."""
+    name = codec.record_name(kind).rpartition(".")[2]
+    if codec.writer_version(kind) != codec.reader_version(kind):
+        return None, f"{name} records of this writer schema need resolution to the reader's"
+    schema = codec.writer_schema(kind)
+    try:
+        decoder = generate(schema)
+    except UnsupportedSchemaError as exc:
+        return None, f"the {name} schema has what it cannot read ({exc})"
+    probes = probe_records(schema, codec.bounds, max_varint_bytes=MAX_READ_LONG_BYTES)
+    try:
+        agrees = reads_as_the_codec(
+            probes, lambda record: codec.encode(kind, record), expected, read_of(decoder)
+        )
+    finally:
+        decoder.clear()
+    return (decoder, "") if agrees else (None, "")

@@ -20,14 +20,13 @@ see :mod:`streams.avro_source`), goes to :meth:`Codec.decode` (which raises the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from streams.avro_binary import MAX_READ_LONG_BYTES
 from streams.avro_reader import GeneratedReader, Memo, generate_reader
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import InvalidRecordError, UnsupportedSchemaError
-from streams.fast_path import FastPath, reads_as_the_codec
-from streams.probe_records import probe_records
+from streams.exceptions import InvalidRecordError
+from streams.fast_path import FastPath, proven_decoder
 
 _SHARED_RUNS = (("status", "payload"), ("cron", "request_hash"))
 _STAMPS = ("created_at_ms", "updated_at_ms")
@@ -51,7 +50,13 @@ class JobReader:
             shared += run
         per_record = [n for n in names if n not in shared or n in _SCHEDULE_KINDS]
         self._check_record = codec.bounds.checker(name, fields=per_record)
-        self._decoder, why_off = self._proven_decoder(memos)
+        self._decoder, why_off = proven_decoder(
+            codec,
+            kind,
+            lambda schema: generate_reader(schema, memos=memos, start=HEADER_LEN),
+            lambda data: _outcome(codec.decode, kind, data),
+            self._checked_read,
+        )
         self.enabled = self._decoder is not None
         self.fast_path = FastPath(
             "the fast Job reader (streams/job_reader.py)", self.enabled, why_off
@@ -83,32 +88,10 @@ class JobReader:
             raise InvalidRecordError(reason)
         return record
 
-    def _proven_decoder(self, memos: list[Memo]) -> tuple[GeneratedReader | None, str]:
-        """The decoder, if Jobs need no resolution and it decodes every probe as the codec
-        does (each read fresh, then from the last run kept, then from the kept runs); else
-        None and why."""
-        codec, kind = self._codec, RecordKind.JOB
-        if codec.writer_version(kind) != codec.reader_version(kind):
-            return None, "Job records of this writer schema need resolution to the reader's"
-        try:
-            decoder = generate_reader(codec.writer_schema(kind), memos=memos, start=HEADER_LEN)
-        except UnsupportedSchemaError as exc:
-            return None, f"the Job schema has what it cannot read ({exc})"
-        probes = probe_records(
-            codec.writer_schema(kind), codec.bounds, max_varint_bytes=MAX_READ_LONG_BYTES
-        )
-        try:
-            agrees = reads_as_the_codec(
-                probes,
-                lambda record: codec.encode(kind, record),
-                lambda data: _outcome(codec.decode, kind, data),
-                lambda data: _outcome(lambda d: self._checked(decoder.read(d)), data),
-            )
-        finally:
-            decoder.clear()
-        if not agrees:
-            return None, ""
-        return decoder, ""
+    def _checked_read(self, decoder: GeneratedReader) -> Callable[[bytes], Any]:
+        """What :meth:`decode` makes of data ``decoder`` reads: the record, or the reason a
+        bound refuses it (as :func:`_outcome` gives the codec's)."""
+        return lambda data: _outcome(lambda d: self._checked(decoder.read(d)), data)
 
 
 def _unserved(data: bytes) -> dict[str, Any]:

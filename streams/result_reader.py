@@ -24,12 +24,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from streams.avro_binary import MAX_READ_LONG_BYTES
-from streams.avro_reader import GeneratedReader, Memo, generate_reader
+from streams.avro_reader import Memo, generate_reader
 from streams.codec import HEADER_LEN, SINGLE_OBJECT_MAGIC, Codec, RecordKind
-from streams.exceptions import InvalidRecordError, UnsupportedSchemaError
-from streams.fast_path import FastPath, reads_as_the_codec
-from streams.probe_records import probe_records
+from streams.exceptions import InvalidRecordError
+from streams.fast_path import FastPath, proven_decoder
 
 # What an executor's results of one tick and status share: ~12 bytes and its worker id. An
 # execution's STARTED and SUCCEEDED alternate: looked up at once, not compared with the last.
@@ -54,7 +52,20 @@ class ResultReader:
 
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
-        self._decoder, why_off = self._proven_decoder()
+        kind = RecordKind.EXECUTION_RESULT
+        self._decoder, why_off = proven_decoder(
+            codec,
+            kind,
+            lambda schema: generate_reader(
+                schema,
+                fields=ResultFields._fields,
+                memos=[_SHARED_RUN],
+                start=HEADER_LEN,
+                as_tuple=ResultFields,
+            ),
+            lambda data: fields_of(codec.decode(kind, data, check=False)),
+            lambda decoder: decoder.read,
+        )
         self.enabled = self._decoder is not None
         self.fast_path = FastPath(
             "the fast ExecutionResult reader (streams/result_reader.py)", self.enabled, why_off
@@ -86,39 +97,6 @@ class ResultReader:
         if reason is not None:
             raise InvalidRecordError(reason)
         return fields
-
-    def _proven_decoder(self) -> tuple[GeneratedReader | None, str]:
-        """The decoder, if results need no resolution and it reads every probe as the codec
-        decodes it (each read fresh, then from the last run kept, then from the kept runs);
-        else None and why."""
-        codec, kind = self._codec, RecordKind.EXECUTION_RESULT
-        if codec.writer_version(kind) != codec.reader_version(kind):
-            return None, "results of this writer schema need resolution to the reader's"
-        try:
-            decoder = generate_reader(
-                codec.writer_schema(kind),
-                fields=ResultFields._fields,
-                memos=[_SHARED_RUN],
-                start=HEADER_LEN,
-                as_tuple=ResultFields,
-            )
-        except UnsupportedSchemaError as exc:
-            return None, f"the ExecutionResult schema has what it cannot read ({exc})"
-        probes = probe_records(
-            codec.writer_schema(kind), codec.bounds, max_varint_bytes=MAX_READ_LONG_BYTES
-        )
-        try:
-            agrees = reads_as_the_codec(
-                probes,
-                lambda record: codec.encode(kind, record),
-                lambda data: fields_of(codec.decode(kind, data, check=False)),
-                decoder.read,
-            )
-        finally:
-            decoder.clear()
-        if not agrees:
-            return None, ""
-        return decoder, ""
 
 
 def _unserved(data: bytes) -> ResultFields:
