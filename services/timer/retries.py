@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.timer import keys
-from services.timer.firing import CANCELLED_DELETED, CANCELLED_JOB
 from services.timer.scope import PRIORITY_INDEX, Scope
-from services.timer.state import load_state
+from services.timer.throttle import active_state
 from services.timer.wheel import place_ms
 from streams.codec import RecordKind
 
@@ -38,18 +37,6 @@ def fire_retry(scope: Scope, key: bytes, value: bytes) -> None:
     """Emit the carried DueEvent, or CANCELLED when its job is no longer active."""
     parsed = keys.parse_key(key)
     scope.wheel.delete(key)
-    state = load_state(scope, parsed.job_id)
-    if state is not None and state.status not in ("CANCELLED", "COMPLETED"):
+    if active_state(scope, parsed.job_id, value[_HEADER:], retry=True) is not None:
         scope.emit_raw(scope.env.due_topics[value[1]], parsed.job_id, value[_HEADER:])
         scope.env.fire_stats.add(RETRY, scope.now_ms - parsed.fire_ms)
-        return
-    due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[_HEADER:])
-    scope.emit_outcome(
-        due["job_id"],
-        due["scheduled_for_ms"],
-        "CANCELLED",
-        CANCELLED_DELETED if state is None else CANCELLED_JOB,
-        trigger=due["trigger"],
-        job_version=due["job_version"],
-        attempt=due["attempt"],
-    )

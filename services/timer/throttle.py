@@ -38,12 +38,15 @@ from services.timer.in_flight import (
 from services.timer.in_flight import park_key as in_flight_park_key
 from services.timer.scope import PRIORITY_INDEX, Scope
 from services.timer.state import load_state
+from services.timer.stored_state import TimerState
 from services.timer.wheel import place_ms
 from streams.codec import RecordKind
 from streams.identity import execution_id
 
-CANCELLED_WHILE_HELD_DELETED = "job deleted"
-CANCELLED_WHILE_HELD = "job cancelled"
+# The reasons firing.py records (CANCELLED_JOB, CANCELLED_DELETED), written here because
+# firing.py imports this module.
+CANCELLED_WHILE_WAITING = "job cancelled"
+CANCELLED_WHILE_WAITING_DELETED = "job deleted"
 
 
 def emit_limited(
@@ -171,23 +174,38 @@ def _emit(scope: Scope, job_id: bytes, value: bytes) -> None:
     scope.env.fire_stats.add(due["trigger"], scope.now_ms - due["fire_at_ms"])
 
 
-def _still_wanted(scope: Scope, job_id: bytes, tick_ms: int, value: bytes) -> bool:
-    """True when a waiting DueEvent of ``tick_ms`` should go out; else its outcome is
-    recorded (CANCELLED: job cancelled or deleted) or was (an overlap REPLACE)."""
+def active_state(
+    scope: Scope, job_id: bytes, due_bytes: bytes, *, retry: bool = False
+) -> TimerState | None:
+    """The state of the job of a DueEvent that waited (held, parked, or a retry in the wheel)
+    while the job is still active; else None, and the DueEvent (``due_bytes``) ends CANCELLED
+    (job cancelled or deleted), so its execution still gets one final outcome. A ``retry``'s
+    outcome names its attempt; a first attempt's, never emitted, is attempt 0 as every fire's
+    outcome that is not a run."""
     state = load_state(scope, job_id)
     if state is not None and state.status not in ("CANCELLED", "COMPLETED"):
-        in_flight = tick_ms in state.running
-        return in_flight or len(state.running) >= scope.env.max_running_per_job
-    due = scope.env.codec.decode(RecordKind.DUE_EVENT, value[1:])
+        return state
+    due = scope.env.codec.decode(RecordKind.DUE_EVENT, due_bytes)
     scope.emit_outcome(
         due["job_id"],
         due["scheduled_for_ms"],
         "CANCELLED",
-        CANCELLED_WHILE_HELD_DELETED if state is None else CANCELLED_WHILE_HELD,
+        CANCELLED_WHILE_WAITING_DELETED if state is None else CANCELLED_WHILE_WAITING,
         trigger=due["trigger"],
         job_version=due["job_version"],
+        attempt=due["attempt"] if retry else 0,
     )
-    return False
+    return None
+
+
+def _still_wanted(scope: Scope, job_id: bytes, tick_ms: int, value: bytes) -> bool:
+    """True when a waiting DueEvent of ``tick_ms`` should go out; else its outcome is
+    recorded (CANCELLED: job cancelled or deleted) or was (an overlap REPLACE)."""
+    state = active_state(scope, job_id, value[1:])
+    if state is None:
+        return False
+    in_flight = tick_ms in state.running
+    return in_flight or len(state.running) >= scope.env.max_running_per_job
 
 
 def fire_held(scope: Scope, key: bytes, value: bytes) -> None:

@@ -198,6 +198,8 @@ def test_a_held_fire_of_a_cancelled_or_deleted_job_ends_cancelled_once() -> None
     assert sorted(d["job_id"] for d in timer.dues()) == ["a-0000", "a-0002", "a-0003"]
     [cancelled] = timer.results()
     assert (cancelled["job_id"], cancelled["status"]) == ("a-0001", "CANCELLED")
+    # A first attempt never emitted: attempt 0, as every fire's outcome that is not a run.
+    assert (cancelled["reason"], cancelled["attempt"]) == ("job cancelled", 0)
     assert timer.ledger() == Counter({T0: 3})  # and a-0001's CANCELLED: one outcome each
     assert not held_keys(timer)
 
