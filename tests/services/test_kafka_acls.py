@@ -7,7 +7,8 @@ created at format time) creates the topics, a SCRAM user per service and the ACL
 child processes logged in as their users: a one-off written with the client library (as the
 API's user) and a DAG created over the REST API run end to end (SUCCEEDED on job-results),
 and the API's dashboard reads every group. Then one ACL goes missing and the service stops
-with an error naming it.
+with an error naming it. With ``--precreated-changelogs`` (no Create) a service stops until
+the admin has created its changelogs, then they all run.
 """
 
 from __future__ import annotations
@@ -40,9 +41,15 @@ from infra.broker import LocalBroker, free_port
 from infra.sasl import sasl_acl_properties, sasl_client_config
 from infra.settings import BrokerSettings
 from services.cli import root as kafkron_cli
+from services.dag.service import build_processor as build_dag_processor
+from services.dag.settings import DagSettings
+from services.executor.dedup import STORE_NAME as DEDUP_STORE
+from services.executor.settings import ExecutorSettings
 from services.ingest.client import KafkronClient
 from services.ingest.settings import IngestSettings
 from services.operator_cli.acls_command import service_rules
+from services.timer.service import build_processor as build_timer_processor
+from services.timer.settings import TimerSettings
 from streams import clock
 from streams.acls import Operation, without
 from streams.admin import ensure_topics
@@ -51,7 +58,8 @@ from streams.exceptions import KafkaDeliveryError
 from streams.identity import execution_id
 from streams.kafka.acl_admin import create_acls, delete_acls
 from streams.settings import KafkaSettings
-from streams.topics import TopicNames
+from streams.state.changelog import changelog_topic, ensure_changelog_topics
+from streams.topics import Priority, TopicNames
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -353,3 +361,101 @@ def test_a_failed_sasl_login_stops_the_service_with_what_to_check(
         assert "KAFKRON_LIBRDKAFKA" in log and "kafkron acls" not in log, log[-3000:]
     finally:
         services.stop_all()
+
+
+def precreate_changelogs(admin_kafka: KafkaSettings) -> list[str]:
+    """Create every processor's changelogs as the admin, as each service does at start,
+    from the stores and inputs its own code opens (no store named here); their names."""
+    timer = build_timer_processor(TimerSettings(kafka=admin_kafka))
+    dag = build_dag_processor(DagSettings(kafka=admin_kafka))
+    executor_group = ExecutorSettings(kafka=admin_kafka).group_id()
+    due_topics = [TopicNames(admin_kafka.namespace).due(p) for p in Priority]
+    stores = [
+        (timer.group_id, list(timer._stores), timer.input_topics),
+        (dag.group_id, list(dag._stores), dag.input_topics),
+        (executor_group, [DEDUP_STORE], due_topics),
+    ]
+    for group, names, inputs in stores:
+        ensure_changelog_topics(admin_kafka, group, names, inputs)
+    return sorted(changelog_topic(admin_kafka, g, name) for g, names, _ in stores for name in names)
+
+
+def changelog_topics(admin: AdminClient, namespace: str) -> list[str]:
+    prefix = f"{namespace}changelog."
+    return sorted(t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix))
+
+
+def test_services_run_without_create_when_an_admin_precreated_their_changelogs(
+    secured_broker: SecuredBroker, admin_kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """``kafkron acls --precreated-changelogs``: no Create at all. Before the admin creates
+    the changelogs a timer under those ACLs stops, refused Create; after, every service
+    runs a one-off and a DAG to SUCCEEDED, and the changelogs are the admin's."""
+    started = time.monotonic()
+    namespace = admin_kafka.namespace
+    admin = AdminClient(admin_kafka.client_config())
+    processors = ("timer", "executor", "dag")
+    rules = {s: service_rules(s, admin_kafka, True) for s in processors}
+    assert all(Operation.CREATE not in r.operations for s in processors for r in rules[s])
+    assert any(Operation.CREATE in r.operations for r in service_rules("dag", admin_kafka, False))
+    for user in (*processors, "api"):
+        add_user(admin, user)
+    for service in processors:  # through the command, as an operator would
+        applied = CliRunner().invoke(
+            kafkron_cli,
+            ["acls", "--service", service, "--principal", f"User:{service}", "--apply",
+             "--precreated-changelogs", "--bootstrap", secured_broker.sasl,
+             "--namespace", namespace],
+            env={"KAFKRON_LIBRDKAFKA": json.dumps(admin_kafka.librdkafka)},
+        )  # fmt: skip
+        added = sum(len(r.operations) for r in rules[service])
+        assert applied.exit_code == 0 and f"added {added} ACL bindings" in applied.output, (
+            applied.output
+        )
+    create_acls(admin, service_rules("api", admin_kafka, True), "User:api")
+    api = as_user(secured_broker, "api", namespace, tmp_path / "api")
+    outcomes = Outcomes(admin_kafka)
+    services = Services(secured_broker, namespace, tmp_path)
+    try:
+        services.start("timer", "timer")
+        code = services.wait_exit("timer", 45)
+        log = services.log("timer")
+        assert code is not None and code != 0, f"the timer ran without changelogs\n{log[-3000:]}"
+        assert "creating changelog" in log and "(Create)" in log, log[-3000:]
+        assert changelog_topics(admin, namespace) == []
+
+        precreated = precreate_changelogs(admin_kafka)
+        assert changelog_topics(admin, namespace) == precreated
+        services.start("timer", "timer")
+        for service in ("executor", "dag", "api"):
+            services.start(service, service)
+        wait_api_ready(services, 60)
+        one_off = submit_one_off(api, tmp_path / "view", "precreated", 3_000)
+        root_ms = (clock.now_ms() // 1000 + 3) * 1000
+        root = {
+            "job_id": "dag-root",
+            "handler": "examples.noop",
+            "catchup": "all",
+            "cron": {"expression": "* * * * * *", "start": root_ms, "end": root_ms + 1},
+        }
+        child = {"job_id": "dag-child", "handler": "examples.noop", "depends_on": ["dag-root"]}
+        for job in (root, child):
+            status, body = http(services, "POST", "/api/jobs", job)
+            assert status in (200, 201), (status, body)
+        for execution in (
+            one_off,
+            execution_id("dag-root", root_ms),
+            execution_id("dag-child", root_ms),
+        ):
+            logs = "".join(services.log(s)[-2000:] for s in (*processors, "api"))
+            assert outcomes.wait_for(execution, 45) == "SUCCEEDED", (execution, logs)
+        for service in (*processors, "api"):
+            assert services.processes[service].poll() is None, services.log(service)[-3000:]
+        assert changelog_topics(admin, namespace) == precreated
+    finally:
+        services.stop_all()
+        outcomes.close()
+    print(
+        f"precreated changelogs ({len(precreated)}): a one-off and a DAG run SUCCEEDED, the "
+        f"whole test {time.monotonic() - started:.1f} s"
+    )
