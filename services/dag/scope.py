@@ -1,12 +1,17 @@
-"""What one unit of dag work touches: the partition's four stores, the clock, its outputs.
+"""What one unit of dag work touches: the partition's five key spaces, the clock, its outputs.
 
 :class:`DagEnv` holds what is fixed for the process; a :class:`DagScope` is built per run of
 input records or per punctuation. The logic (``edges.py``, ``runs.py``) is written against
 these, so it runs on the processor runtime's RocksDB transactions.
 
-Stores per partition: ``nodes`` and ``runs`` and ``deadlines`` hold dependents' state (in
-the dependent's partition), ``edges`` and ``ends`` upstreams' (in the upstream's partition):
-its dependents, and the final ends of its executions of recent runs (``keys.py``).
+Logical stores per partition: ``nodes`` and ``runs`` and ``deadlines`` hold dependents' state
+(in the dependent's partition), ``edges`` and ``ends`` upstreams' (in the upstream's
+partition): its dependents, and the final ends of its executions of recent runs (``keys.py``).
+They are key spaces of ONE processor store, :data:`STORE` (one RocksDB, one changelog topic),
+each under its one-byte prefix in :data:`KEY_SPACES` (``streams/state/key_space.py``): a burst's
+transaction then writes one changelog partition per partition it touched, not up to five
+(each a produce request the commit waits for). The five-store layout's changelogs
+(:data:`OLD_STORES`) are copied into it by ``store_migration.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from services.dag.settings import DagSettings
 from services.timer.scope import StoreTransaction
 from streams.codec import Codec
 from streams.result_reader import ResultReader
+from streams.state.key_space import KeySpace, KeyValueTransaction
 from streams.topics import TopicNames
 
 Emit = Callable[[str, bytes | None, bytes | None], None]
@@ -29,12 +35,19 @@ LocalScope = Callable[[str], "DagScope | None"]
 """The scope of job ``job_id``'s partition when this process owns it and holds the job as a
 dependent (its signals can be applied there in the same transaction), else None."""
 
-NODES_STORE = "nodes"
-EDGES_STORE = "edges"
-RUNS_STORE = "runs"
-DEADLINES_STORE = "deadlines"
-ENDS_STORE = "ends"
-STORES = (NODES_STORE, EDGES_STORE, RUNS_STORE, DEADLINES_STORE, ENDS_STORE)
+STORE = "state"
+"""The dag processor's one store (changelog ``<namespace>changelog.<group>.state``)."""
+KEY_SPACES: dict[str, bytes] = {
+    "nodes": b"n",
+    "edges": b"e",
+    "runs": b"r",
+    "deadlines": b"d",
+    "ends": b"x",
+}
+"""Each logical store's one-byte key prefix in :data:`STORE` (never change one: stored)."""
+OLD_STORES = tuple(KEY_SPACES)
+"""The stores of the five-store layout (before 2026-12-05), one changelog each, named as the
+key spaces that replace them."""
 
 
 @dataclass(frozen=True)
@@ -103,3 +116,11 @@ class DagScope:
     now_ms: int
     emitted: int = 0
     local_scope: LocalScope | None = None
+
+    @classmethod
+    def over(
+        cls, env: DagEnv, store: KeyValueTransaction, emit: Emit, emit_keyed: EmitKeyed, now_ms: int
+    ) -> DagScope:
+        """The scope whose logical stores are the key spaces of one store transaction."""
+        nodes, edges, runs, deadlines, ends = (KeySpace(store, p) for p in KEY_SPACES.values())
+        return cls(env, nodes, edges, runs, deadlines, ends, emit, emit_keyed, now_ms)

@@ -1,8 +1,9 @@
-"""The dag processor as a partition-owning processor: five stores, three co-partitioned inputs.
+"""The dag processor as a partition-owning processor: one store, three co-partitioned inputs.
 
 Group ``<namespace>dag`` consumes ``jobs`` (the edges), ``job-results`` (upstream ends) and
-``dag-signals`` (edges and ends re-keyed between partitions). Each partition has five
-RocksDB stores restored from their changelogs before it processes anything (``scope.py``).
+``dag-signals`` (edges and ends re-keyed between partitions). Each partition has one RocksDB
+store, five key spaces (``scope.py``), restored from its changelog before it processes
+anything.
 Store changes, signals, releases and input offsets commit in one Kafka transaction, so a
 crash never counts a completion twice nor loses one. An upstream's end for a dependent in
 another partition this process owns is counted there in the same transaction (the local
@@ -19,17 +20,9 @@ from services.dag.edges import node_job
 from services.dag.inputs import apply_input
 from services.dag.metrics import DagCollector
 from services.dag.runs import settle_deadlines
-from services.dag.scope import (
-    DEADLINES_STORE,
-    EDGES_STORE,
-    ENDS_STORE,
-    NODES_STORE,
-    RUNS_STORE,
-    STORES,
-    DagEnv,
-    DagScope,
-)
+from services.dag.scope import STORE, DagEnv, DagScope
 from services.dag.settings import DagSettings
+from services.dag.store_migration import refuse_old_changelogs
 from services.ingest.producer import partition_for_key
 from streams import clock
 from streams.metrics import serve_metrics
@@ -78,17 +71,7 @@ class DagHooks:
             ctx.request_commit(self.commit_within_ms)
 
     def _scope(self, ctx: ProcessorContext, now_ms: int) -> DagScope:
-        scope = DagScope(
-            self.env,
-            ctx.store(NODES_STORE),
-            ctx.store(EDGES_STORE),
-            ctx.store(RUNS_STORE),
-            ctx.store(DEADLINES_STORE),
-            ctx.store(ENDS_STORE),
-            ctx.produce,
-            ctx.produce_keyed,
-            now_ms,
-        )
+        scope = DagScope.over(self.env, ctx.store(STORE), ctx.produce, ctx.produce_keyed, now_ms)
         if self.env.partitions:
             scope.local_scope = lambda job_id: self._local_scope(ctx, job_id, now_ms)
         return scope
@@ -120,7 +103,7 @@ def build_processor(settings: DagSettings, env: DagEnv | None = None) -> Process
         settings.group_id(),
         settings.instance_id,
         [env.jobs_topic, env.results_topic, env.signals_topic],
-        list(STORES),
+        [STORE],
         DagHooks(env, settings.release_commit_within_ms),
         options,
     )
@@ -129,8 +112,11 @@ def build_processor(settings: DagSettings, env: DagEnv | None = None) -> Process
 def run(settings: DagSettings, stop_event: threading.Event) -> None:
     """Run one dag process until ``stop_event`` is set; raises what stopped it otherwise.
 
+    Refuses to start while changelogs of the five-store layout exist (``store_migration.py``).
+
     Its metrics are served on ``metrics_port`` meanwhile (0: not served).
     """
+    refuse_old_changelogs(settings)
     env = DagEnv.from_settings(settings)
     processor = build_processor(settings, env)
     collector = DagCollector(env, processor.stats)

@@ -15,7 +15,7 @@ from bench.herd import job_record
 from services.dag.edges import node_job
 from services.dag.inputs import apply_input
 from services.dag.runs import settle_deadlines
-from services.dag.scope import DagEnv, DagScope
+from services.dag.scope import KEY_SPACES, DagEnv, DagScope
 from services.dag.settings import DagSettings
 from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
@@ -34,7 +34,7 @@ class Dag:
     def __init__(self) -> None:
         settings = DagSettings(kafka=KafkaSettings(namespace="k."), run_retention_ms=HOUR_MS)
         self.env = DagEnv.from_settings(settings, CODEC)
-        self.stores = [FakeStore() for _ in range(5)]
+        self.store = FakeStore()  # the one store: five key spaces
         self.signals: list[tuple[bytes, bytes | None]] = []
         self.releases: list[dict[str, Any]] = []
         self.dead: list[dict[str, Any]] = []
@@ -44,12 +44,14 @@ class Dag:
         self.local: set[str] = set()
 
     def scope(self) -> DagScope:
-        nodes, edges, runs, deadlines, ends = self.stores
-        scope = DagScope(
-            self.env, nodes, edges, runs, deadlines, ends, self._emit, self._emit, self.now_ms
-        )
+        scope = DagScope.over(self.env, self.store, self._emit, self._emit, self.now_ms)
         scope.local_scope = self._local_scope
         return scope
+
+    def space(self, name: str) -> dict[bytes, bytes]:
+        """The items of the logical store ``name``: its key space, prefix removed."""
+        prefix = KEY_SPACES[name]
+        return {k[1:]: v for k, v in self.store.data.items() if k[:1] == prefix}
 
     def _local_scope(self, job_id: str) -> DagScope | None:
         if job_id not in self.local:
@@ -192,10 +194,12 @@ def test_a_run_open_past_dag_wait_is_missed_then_forgotten(dag: Dag) -> None:
     assert dag.releases[0]["upstream_execution_ids"] == [execution_id("extract", K1)]
     dag.ended("load-refs", K1)  # too late: the run is closed
     assert len(dag.releases) == 1
-    runs = dag.stores[2]
-    assert len(runs.data) == 1
+    assert len(dag.space("runs")) == 1
     dag.punctuate(K1 + 2 * HOUR_MS)  # retention (one hour here) over: forgotten
-    assert runs.data == {} and dag.stores[3].data == {}
+    assert dag.space("runs") == {} and dag.space("deadlines") == {}
+    assert dag.store.data.keys() == {  # what remains: the nodes, edges and ends
+        KEY_SPACES[name] + key for name in ("nodes", "edges", "ends") for key in dag.space(name)
+    }
 
 
 def test_a_released_or_failed_run_is_never_missed(dag: Dag) -> None:
@@ -225,7 +229,7 @@ def test_a_cancelled_or_deleted_dependent_has_no_runs(dag: Dag, change: str) -> 
         dag.feed(dag.env.jobs_topic, b"join", None)
     dag.ended("extract", K1)
     dag.ended("load-refs", K1)
-    assert dag.releases == [] and dag.stores[0].data == {} and dag.stores[1].data == {}
+    assert dag.releases == [] and dag.space("nodes") == {} and dag.space("edges") == {}
 
 
 def test_dependents_are_released_transitively(dag: Dag) -> None:
@@ -295,9 +299,9 @@ def test_a_dependent_created_after_a_run_started_takes_no_part_in_it() -> None:
 
 def test_a_deleted_jobs_latest_end_is_forgotten(dag: Dag) -> None:
     dag.ended("extract", K1)
-    assert dag.stores[4].data
+    assert dag.space("ends")
     dag.feed(dag.env.jobs_topic, b"extract", None)
-    assert dag.stores[4].data == {}
+    assert dag.space("ends") == {}
 
 
 def test_every_recent_run_that_ended_before_the_edge_counts_and_old_ends_are_forgotten() -> None:
@@ -312,6 +316,6 @@ def test_every_recent_run_that_ended_before_the_edge_counts_and_old_ends_are_for
     assert dag.verdicts() == [("join", K1, "RUN"), ("join", K2, "RUN")]
     dag.now_ms = K2 + dag.env.ends_retention_ms + 1
     dag.ended("extract", dag.now_ms)  # K1's and K2's ends are past the retention
-    assert [k for k in dag.stores[4].data if k.startswith(b"\x00\x07extract")] == [
+    assert [k for k in dag.space("ends") if k.startswith(b"\x00\x07extract")] == [
         b"\x00\x07extract" + dag.now_ms.to_bytes(8, "big")
     ]
