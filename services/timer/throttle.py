@@ -24,6 +24,7 @@ recorded.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum, auto
 from typing import Any
 
 from services.timer import keys
@@ -94,22 +95,9 @@ def finish_run(scope: Scope, job_id: bytes, tick_ms: int) -> None:
     if tenant is None:
         return
     start = park_prefix(tenant)
-    while True:
-        parked = scope.jobs.iter_range(start, start[:-1] + b"\x01", 1)
-        if not parked:
-            return
-        key, value = parked[0]
-        scope.jobs.delete(key)
-        in_flight.parked[tenant] -= 1
-        parked_job, parked_tick = parked_job_and_tick(key, tenant)
-        if _still_wanted(scope, parked_job, parked_tick, value):
-            if in_flight.admit(scope.jobs, scope.partition, tenant, parked_job, parked_tick):
-                _emit(scope, parked_job, value)
-                in_flight.released[tenant] += 1
-            else:  # the share shrank meanwhile: back in its place
-                scope.jobs.set(key, value)
-                in_flight.parked[tenant] += 1
-            return
+    while parked := scope.jobs.iter_range(start, start[:-1] + b"\x01", 1):
+        if _let_out(scope, tenant, *parked[0]) is not LetOut.DROPPED:
+            return  # one went out, or the share shrank meanwhile: it stays parked
 
 
 SWEEP_BATCH = 10_000
@@ -147,22 +135,38 @@ def release_unheld(scope: Scope, batch: int = SWEEP_BATCH) -> bool:
         tenant = key[len(PARK_PREFIX) : key.index(b"\x00", len(PARK_PREFIX))].decode()
         prefix = park_prefix(tenant)
         for key, value in jobs.iter_range(prefix, prefix[:-1] + b"\x01", batch):
-            parked_job, parked_tick = parked_job_and_tick(key, tenant)
-            still_wanted = _still_wanted(scope, parked_job, parked_tick, value)
-            if still_wanted and not in_flight.admit(
-                jobs, scope.partition, tenant, parked_job, parked_tick
-            ):
+            if _let_out(scope, tenant, key, value) is LetOut.STAYS:
                 break  # the tenant is at its share: its results let the rest out
-            jobs.delete(key)
-            in_flight.parked[tenant] -= 1
             batch -= 1
-            if still_wanted:
-                _emit(scope, parked_job, value)
-                in_flight.released[tenant] += 1
         else:
             continue  # the tenant's batch went out: look again from its next parked fire
         start = prefix[:-1] + b"\x01"  # the next tenant's
     return False
+
+
+class LetOut(Enum):
+    """What :func:`_let_out` did with a parked DueEvent."""
+
+    EMITTED = auto()
+    DROPPED = auto()  # its job no longer wants it: its outcome is (or was) recorded
+    STAYS = auto()  # wanted, but its tenant has no run free: still parked
+
+
+def _let_out(scope: Scope, tenant: str, key: bytes, value: bytes) -> LetOut:
+    """Take the DueEvent parked at ``key`` out of the park and emit it, if its job still
+    wants it and ``tenant`` has a run free (else it stays parked), or drop it if not."""
+    in_flight = scope.env.tenant_limits.in_flight
+    job_id, tick_ms = parked_job_and_tick(key, tenant)
+    still_wanted = _still_wanted(scope, job_id, tick_ms, value)
+    if still_wanted and not in_flight.admit(scope.jobs, scope.partition, tenant, job_id, tick_ms):
+        return LetOut.STAYS
+    scope.jobs.delete(key)
+    in_flight.parked[tenant] -= 1
+    if not still_wanted:
+        return LetOut.DROPPED
+    _emit(scope, job_id, value)
+    in_flight.released[tenant] += 1
+    return LetOut.EMITTED
 
 
 def _emit(scope: Scope, job_id: bytes, value: bytes) -> None:
