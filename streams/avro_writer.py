@@ -414,21 +414,22 @@ class _WriteSource(SchemaSource):
         """One block of all the items (none: the end byte alone), by a helper."""
         helper, item = self.local("_write_array"), self.local("x")
         count = self.memo_long(b"", "len(v)")
-        self.helpers.append(
-            f"def {helper}(v):\n"
-            f"    return b''.join([{count}, *[{self.write(items, item)}"
-            f" for {item} in v], b'\\x00'])\n"
-        )
-        return f"({helper}({value}) if {value} else b'\\x00')"
+        entry = f"{self.write(items, item)} for {item} in v"
+        return self.write_block(helper, count, entry, value)
 
     def write_map(self, values: Any, value: str) -> str:
         """One block of all the entries (none: the end byte alone), by a helper."""
         helper, key, item = self.local("_write_map"), self.local("k"), self.local("x")
         count = self.memo_long(b"", "len(v)")
+        entry = f"_text({key}) + {self.write(values, item)} for {key}, {item} in v.items()"
+        return self.write_block(helper, count, entry, value)
+
+    def write_block(self, helper: str, count: str, entries: str, value: str) -> str:
+        """An expression of the one block of an array or map ``value`` (none: the end byte
+        alone) by ``helper``, which writes ``count`` then the bytes of each of ``entries``
+        (a comprehension's body over its argument ``v``)."""
         self.helpers.append(
-            f"def {helper}(v):\n"
-            f"    return b''.join([{count}, *[_text({key}) + {self.write(values, item)}"
-            f" for {key}, {item} in v.items()], b'\\x00'])\n"
+            f"def {helper}(v):\n    return b''.join([{count}, *[{entries}], b'\\x00'])\n"
         )
         return f"({helper}({value}) if {value} else b'\\x00')"
 
