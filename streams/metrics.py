@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 Labels = tuple[str, ...]
 
+SECONDS_PER_MS = 0.001
+"""The ``scale`` of a histogram, and the factor of a gauge, counted in ms and named ``_seconds``."""
+
 
 class Collector(Protocol):
     """What :func:`serve_metrics` serves: metric families built when Prometheus scrapes."""
@@ -83,7 +86,7 @@ def histogram_family(
     scale: float = 1.0,
 ) -> HistogramMetricFamily:
     """A histogram ``name`` with one series per label values; ``scale`` turns the buckets'
-    unit into the name's (0.001 for buckets kept in ms and a ``_seconds`` name)."""
+    unit into the name's (:data:`SECONDS_PER_MS` for buckets kept in ms, a ``_seconds`` name)."""
     family = HistogramMetricFamily(name, doc, labels=label_names)
     for labels, buckets in sorted(series.items()):
         counts = list(buckets.counts)  # one copy: the loop thread may be adding to it

@@ -16,6 +16,7 @@ from prometheus_client.core import Metric
 from services.executor.loop import ExecutorLoop
 from services.executor.stats import ExecutorStats
 from streams.metrics import (
+    SECONDS_PER_MS,
     counter_family,
     dead_letter_family,
     decode_failure_family,
@@ -24,8 +25,6 @@ from streams.metrics import (
     runtime_families,
 )
 from streams.runtime_stats import Buckets
-
-MS = 0.001
 
 
 class ExecutorCollector:
@@ -95,7 +94,7 @@ def executor_families(stats: ExecutorStats, quick_runs: int) -> Iterator[Metric]
         "out run counts until its deadline).",
         [],
         {(): durations},
-        scale=MS,
+        scale=SECONDS_PER_MS,
     )
     yield dead_letter_family({"execution": stats.dead_lettered, "undecodable": stats.undecodable})
     yield decode_failure_family(stats.undecodable_by_topic)

@@ -16,6 +16,7 @@ from prometheus_client.core import Metric
 from services.timer.fire_stats import FireStats
 from services.timer.limits import TenantLimits
 from streams.metrics import (
+    SECONDS_PER_MS,
     counter_family,
     dead_letter_family,
     decode_failure_family,
@@ -24,8 +25,6 @@ from streams.metrics import (
     runtime_families,
 )
 from streams.runtime_stats import RuntimeStats
-
-MS = 0.001
 
 
 class TimerCollector:
@@ -59,7 +58,7 @@ class TimerCollector:
             "when the timer emitted it, by trigger; a fire emitted ahead counts as 0.",
             ["trigger"],
             {(trigger,): buckets for trigger, buckets in lateness.items()},
-            scale=MS,
+            scale=SECONDS_PER_MS,
         )
         yield counter_family(
             "kafkron_timer_outcomes_total",
@@ -73,7 +72,7 @@ class TimerCollector:
             "How long the oldest due wheel entry the last drain of a partition left unfired "
             "has been due (0: the partition fired everything due).",
             ["partition"],
-            {(str(p),): ms * MS for p, ms in dict(fires.backlog_ms).items()},
+            {(str(p),): ms * SECONDS_PER_MS for p, ms in dict(fires.backlog_ms).items()},
         )
         yield from self._limit_families()
         dead = dict(self._dead_letters)
@@ -97,7 +96,7 @@ class TimerCollector:
             "kafkron_timer_tenant_throttle_delay_seconds_total",
             "The sum of those delays (slot minus due time), by tenant.",
             ["tenant"],
-            {(tenant,): ms * MS for tenant, ms in dict(limits.delay_ms).items()},
+            {(tenant,): ms * SECONDS_PER_MS for tenant, ms in dict(limits.delay_ms).items()},
         )
         yield counter_family(
             "kafkron_timer_tenant_held_total",
