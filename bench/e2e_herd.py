@@ -452,20 +452,29 @@ class DueScan:
     last_emitted_ms: int = 0  # newest record timestamp (the timer's produce time)
 
 
-def scan_due(settings: KafkaSettings, prefix: str = HERD_PREFIX) -> DueScan:
+def due_reader(settings: KafkaSettings, group_prefix: str, **config: Any) -> Consumer:
+    """A consumer of ``due.normal`` that reads what the timers committed (read_committed),
+    every partition from its start, under a group of its own that commits nothing;
+    ``config`` adds librdkafka settings."""
     topic = TopicNames(settings.namespace).due(Priority.NORMAL)
     consumer = Consumer(
         settings.client_config(
             **{
-                "group.id": f"e2e-due-{uuid.uuid4().hex[:8]}",
+                "group.id": f"{group_prefix}-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "fetch.max.bytes": 52_428_800,
+                **config,
             }
         )
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
+    return consumer
+
+
+def scan_due(settings: KafkaSettings, prefix: str = HERD_PREFIX) -> DueScan:
+    consumer = due_reader(
+        settings, "e2e-due", **{"enable.partition.eof": True, "fetch.max.bytes": 52_428_800}
+    )
     scan, keys, at_eof = DueScan(), set[bytes](), set[int | None]()
     key_prefix = prefix.encode()
     deadline = time.monotonic() + 300

@@ -28,12 +28,9 @@ import dataclasses
 import json
 import os
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
-
-from confluent_kafka import Consumer, TopicPartition
 
 from bench.cli import add_env_options
 from bench.e2e_herd import (
@@ -42,6 +39,7 @@ from bench.e2e_herd import (
     ExecutorChild,
     Intake,
     ResultLog,
+    due_reader,
     jobs_end_offsets,
     wait_for_intake,
     wait_until_serving,
@@ -49,7 +47,6 @@ from bench.e2e_herd import (
 from bench.herd import TimerProcess, fresh_namespace, job_record, now_ms, percentile, produce_jobs
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
-from streams.topics import Priority, TopicNames
 
 CODEC = Codec.from_directory()
 PREFIX = "tn-"
@@ -77,19 +74,9 @@ class DuePositions:
 
 def scan_due(settings: KafkaSettings) -> DuePositions:
     """Read ``due.normal`` from the start to its end (read_committed) and place the herd."""
-    topic = TopicNames(settings.namespace).due(Priority.NORMAL)
-    consumer = Consumer(
-        settings.client_config(
-            **{
-                "group.id": f"tenants-due-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "fetch.max.bytes": 52_428_800,
-            }
-        )
+    consumer = due_reader(
+        settings, "tenants-due", **{"enable.partition.eof": True, "fetch.max.bytes": 52_428_800}
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
     seen: dict[int, list[tuple[int, bytes, int]]] = {}  # partition -> (offset, key, ts)
     at_eof: set[int | None] = set()
     deadline = time.monotonic() + 300

@@ -243,6 +243,32 @@ def submit_one_off(kafka: KafkaSettings, view_dir: Path, job_id: str, in_ms: int
     return execution_id(job_id, run_at_ms)
 
 
+def run_a_one_off_and_a_dag(
+    services: Services, api: KafkaSettings, outcomes: Outcomes, view_dir: Path
+) -> None:
+    """A one-off written with the client library as the API's user and a DAG (a root and
+    its child) created over the REST API: each SUCCEEDED on job-results within 45 s."""
+    one_off = submit_one_off(api, view_dir, "one-off", 3_000)
+    root_ms = (clock.now_ms() // 1000 + 3) * 1000
+    root = {
+        "job_id": "dag-root",
+        "handler": "examples.noop",
+        "catchup": "all",
+        "cron": {"expression": "* * * * * *", "start": root_ms, "end": root_ms + 1},
+    }
+    child = {"job_id": "dag-child", "handler": "examples.noop", "depends_on": ["dag-root"]}
+    for job in (root, child):
+        status, body = http(services, "POST", "/api/jobs", job)
+        assert status in (200, 201), (status, body)
+    for execution in (
+        one_off,
+        execution_id("dag-root", root_ms),
+        execution_id("dag-child", root_ms),
+    ):
+        logs = "".join(services.log(s)[-2000:] for s in services.processes)
+        assert outcomes.wait_for(execution, 45) == "SUCCEEDED", (execution, logs)
+
+
 def test_services_run_under_their_acls_and_a_missing_one_stops_them(
     secured_broker: SecuredBroker, admin_kafka: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -272,25 +298,7 @@ def test_services_run_under_their_acls_and_a_missing_one_stops_them(
         for service in every:
             services.start(service, service)
         wait_api_ready(services, 60)
-        first = submit_one_off(api, tmp_path / "view", "under-acls", 3_000)
-        root_ms = (clock.now_ms() // 1000 + 3) * 1000
-        root = {
-            "job_id": "dag-root",
-            "handler": "examples.noop",
-            "catchup": "all",
-            "cron": {"expression": "* * * * * *", "start": root_ms, "end": root_ms + 1},
-        }
-        child = {"job_id": "dag-child", "handler": "examples.noop", "depends_on": ["dag-root"]}
-        for job in (root, child):
-            status, body = http(services, "POST", "/api/jobs", job)
-            assert status in (200, 201), (status, body)
-        for execution in (
-            first,
-            execution_id("dag-root", root_ms),
-            execution_id("dag-child", root_ms),
-        ):
-            logs = "".join(services.log(s)[-2000:] for s in every)
-            assert outcomes.wait_for(execution, 45) == "SUCCEEDED", (execution, logs)
+        run_a_one_off_and_a_dag(services, api, outcomes, tmp_path / "view")
         fired_s = time.monotonic() - started
         # A client whose user may not write jobs is told which ACL, not to retry.
         stranger = as_user(secured_broker, "executor", namespace, tmp_path / "stranger")
@@ -430,25 +438,7 @@ def test_services_run_without_create_when_an_admin_precreated_their_changelogs(
         for service in ("executor", "dag", "api"):
             services.start(service, service)
         wait_api_ready(services, 60)
-        one_off = submit_one_off(api, tmp_path / "view", "precreated", 3_000)
-        root_ms = (clock.now_ms() // 1000 + 3) * 1000
-        root = {
-            "job_id": "dag-root",
-            "handler": "examples.noop",
-            "catchup": "all",
-            "cron": {"expression": "* * * * * *", "start": root_ms, "end": root_ms + 1},
-        }
-        child = {"job_id": "dag-child", "handler": "examples.noop", "depends_on": ["dag-root"]}
-        for job in (root, child):
-            status, body = http(services, "POST", "/api/jobs", job)
-            assert status in (200, 201), (status, body)
-        for execution in (
-            one_off,
-            execution_id("dag-root", root_ms),
-            execution_id("dag-child", root_ms),
-        ):
-            logs = "".join(services.log(s)[-2000:] for s in (*processors, "api"))
-            assert outcomes.wait_for(execution, 45) == "SUCCEEDED", (execution, logs)
+        run_a_one_off_and_a_dag(services, api, outcomes, tmp_path / "view")
         for service in (*processors, "api"):
             assert services.processes[service].poll() is None, services.log(service)[-3000:]
         assert changelog_topics(admin, namespace) == precreated

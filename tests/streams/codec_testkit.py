@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from schemas import latest_schema_path
-from streams.codec import Codec, RecordKind
+from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import DecodeError, InvalidRecordError
 
 
@@ -39,6 +39,18 @@ def assert_refused_as_the_codec_refuses(
     with pytest.raises(DecodeError) as raised:
         read(data)
     assert str(raised.value) == str(expected.value)
+
+
+FRAME_MANGLES: tuple[Callable[[bytes], bytes], ...] = (
+    lambda data: data[:-1],  # truncated
+    lambda data: data + b"\x00",  # trailing byte
+    lambda data: data[:HEADER_LEN] + b"\x7f" + data[HEADER_LEN + 1 :],  # first string too long
+    lambda data: b"",
+    lambda data: b"\x00\x01" + data[2:],  # bad magic
+    lambda data: data[:2] + bytes(8) + data[HEADER_LEN:],  # unknown fingerprint
+)
+"""Garbage any framed record whose first field is a string (a job's id, an execution's) can
+become; each reader's test adds the breakages of its own fields."""
 
 
 INVALID = "invalid"

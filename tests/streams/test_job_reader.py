@@ -13,6 +13,7 @@ from streams.exceptions import DecodeError
 from streams.job_reader import JobReader
 from streams.records import Job
 from tests.streams.codec_testkit import (
+    FRAME_MANGLES,
     assert_refused_as_the_codec_refuses,
     checked,
     codec_resolving,
@@ -228,14 +229,9 @@ def test_decoded_records_share_no_containers() -> None:
 @pytest.mark.parametrize(
     "mangle",
     [
-        lambda data: data[:-1],  # truncated
+        *FRAME_MANGLES,
         lambda data: data[:-2],  # half a stamp
         lambda data: data[:-12],  # no stamps at all
-        lambda data: data + b"\x00",  # trailing byte
-        lambda data: data[:HEADER_LEN] + b"\x7f" + data[HEADER_LEN + 1 :],  # bad job_id length
-        lambda data: b"",
-        lambda data: b"\x00\x01" + data[2:],  # bad magic
-        lambda data: data[:2] + bytes(8) + data[HEADER_LEN:],  # unknown fingerprint
     ],
 )
 def test_garbage_raises_the_codec_decode_error(mangle: Any) -> None:

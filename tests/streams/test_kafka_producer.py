@@ -218,20 +218,29 @@ class _StuckInSendOffsets:
         return getattr(self._client, name)
 
 
+def first_client_stuck(
+    monkeypatch: pytest.MonkeyPatch, stuck: type[_StuckInSendOffsets], release: threading.Event
+) -> list[Any]:
+    """The producer module makes its first client ``stuck`` (until ``release``), the next
+    ones real: the clients it made, in order."""
+    clients: list[Any] = []
+
+    def client(config: dict[str, Any]) -> Any:
+        made = stuck(config, release) if not clients else Producer(config)
+        clients.append(made)
+        return made
+
+    monkeypatch.setattr(producer_module, "Producer", client)
+    return clients
+
+
 def test_a_producer_stuck_in_send_offsets_is_replaced_and_its_transaction_aborted(
     kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = kafka_settings.namespace + "out"
     create_topics(kafka_settings, [topic])
     release = threading.Event()
-    clients: list[Any] = []
-
-    def client(config: dict[str, Any]) -> Any:
-        made = _StuckInSendOffsets(config, release) if not clients else Producer(config)
-        clients.append(made)
-        return made
-
-    monkeypatch.setattr(producer_module, "Producer", client)
+    clients = first_client_stuck(monkeypatch, _StuckInSendOffsets, release)
     producer = TransactionalProducer(
         kafka_settings, "stuck", transaction_timeout_ms=2_000, stuck_after_s=1.0
     )
@@ -275,14 +284,7 @@ def test_a_commit_stuck_past_its_deadline_is_no_abort_and_the_client_is_replaced
     topic = kafka_settings.namespace + "out"
     create_topics(kafka_settings, [topic])
     release = threading.Event()
-    clients: list[Any] = []
-
-    def client(config: dict[str, Any]) -> Any:
-        made = _StuckInCommit(config, release) if not clients else Producer(config)
-        clients.append(made)
-        return made
-
-    monkeypatch.setattr(producer_module, "Producer", client)
+    clients = first_client_stuck(monkeypatch, _StuckInCommit, release)
     producer = TransactionalProducer(
         kafka_settings, "stuck-commit", timeout_s=2.0, stuck_after_s=1.0
     )

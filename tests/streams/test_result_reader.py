@@ -14,7 +14,11 @@ from streams.codec import HEADER_LEN, Codec, RecordKind
 from streams.exceptions import DecodeError, InvalidRecordError
 from streams.records import ExecutionStatus, Job, Trigger
 from streams.result_reader import ResultFields, ResultReader, fields_of
-from tests.streams.codec_testkit import assert_refused_as_the_codec_refuses, codec_resolving
+from tests.streams.codec_testkit import (
+    FRAME_MANGLES,
+    assert_refused_as_the_codec_refuses,
+    codec_resolving,
+)
 
 CODEC = Codec.from_directory()
 READER = ResultReader(CODEC)
@@ -207,15 +211,10 @@ def test_mutated_records_read_as_the_codec_decodes_them_or_raise_its_error(
 @pytest.mark.parametrize(
     "mangle",
     [
-        lambda data: data[:-1],  # truncated
+        *FRAME_MANGLES,
         lambda data: data[:-7],  # no recorded_at_ms
-        lambda data: data + b"\x00",  # trailing byte
-        lambda data: data[:HEADER_LEN] + b"\x7f" + data[HEADER_LEN + 1 :],  # bad id length
         lambda data: data[:HEADER_LEN] + b"\x01" + data[HEADER_LEN + 1 :],  # negative length
         lambda data: data[:HEADER_LEN] + b"\x04\xff\xfe" + data[HEADER_LEN + 3 :],  # not UTF-8
-        lambda data: b"",
-        lambda data: b"\x00\x01" + data[2:],  # bad magic
-        lambda data: data[:2] + bytes(8) + data[HEADER_LEN:],  # unknown fingerprint
     ],
 )
 def test_garbage_raises_the_codec_decode_error(mangle: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,32 @@ def restore(settings: KafkaSettings, store: Store) -> RecoveryProgress:
         recovery.close()
 
 
+def opened(directory: Path, changelog: str) -> Store:
+    """The test's store in ``directory`` with its partition open."""
+    store = Store("wheel", GROUP, directory, changelog)
+    store.open_partition(PARTITION)
+    return store
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What restoring a store left: the restore's progress, the store's rows and offset."""
+
+    progress: RecoveryProgress
+    contents: list[tuple[bytes, bytes]]
+    changelog_offset: int | None
+
+
+def restored(settings: KafkaSettings, directory: Path, changelog: str) -> Restored:
+    """The store in ``directory`` (as a restart finds it) restored from ``changelog``."""
+    store = Store("wheel", GROUP, directory, changelog)
+    try:
+        progress = restore(settings, store)
+        return Restored(progress, contents(store), store.partition(PARTITION).changelog_offset())
+    finally:
+        store.close()
+
+
 def key(i: int) -> bytes:
     return i.to_bytes(4, "big")
 
@@ -85,8 +112,7 @@ def key(i: int) -> bytes:
 def test_store_rebuilt_from_changelog_after_its_folder_is_deleted(
     kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
 ) -> None:
-    original = Store("wheel", GROUP, tmp_path / "a", changelog)
-    original.open_partition(PARTITION)
+    original = opened(tmp_path / "a", changelog)
     batches: list[dict[bytes, bytes | None]] = [
         {key(i): b"v%d" % i for i in range(j * 500, (j + 1) * 500)} for j in range(8)
     ]
@@ -97,22 +123,18 @@ def test_store_rebuilt_from_changelog_after_its_folder_is_deleted(
     original.close()
 
     shutil.rmtree(tmp_path / "a")
-    rebuilt = Store("wheel", GROUP, tmp_path / "a", changelog)
-    try:
-        progress = restore(kafka_settings, rebuilt)
-        assert progress.start_offset == 0 and progress.applied == produced
-        assert contents(rebuilt) == expected
-        assert rebuilt.partition(PARTITION).changelog_offset() == expected_offset
-        print(f"\nrestore rate: {progress.applied} records, {progress.rate_per_s():.0f}/s")
-    finally:
-        rebuilt.close()
+    rebuilt = restored(kafka_settings, tmp_path / "a", changelog)
+    assert rebuilt.progress.start_offset == 0 and rebuilt.progress.applied == produced
+    assert rebuilt.contents == expected
+    assert rebuilt.changelog_offset == expected_offset
+    rate_per_s = rebuilt.progress.rate_per_s()
+    print(f"\nrestore rate: {rebuilt.progress.applied} records, {rate_per_s:.0f}/s")
 
 
 def test_intact_store_restores_only_records_after_its_stored_offset(
     kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
 ) -> None:
-    live = Store("wheel", GROUP, tmp_path / "live", changelog)
-    live.open_partition(PARTITION)
+    live = opened(tmp_path / "live", changelog)
     commit_batches(kafka_settings, live, [{key(i): b"a" for i in range(300)}] * 2)
     live.close()
     shutil.copytree(tmp_path / "live", tmp_path / "stale")  # this owner's disk, then it left
@@ -125,21 +147,16 @@ def test_intact_store_restores_only_records_after_its_stored_offset(
     expected = contents(live)
     live.close()
 
-    stale = Store("wheel", GROUP, tmp_path / "stale", changelog)
-    try:
-        progress = restore(kafka_settings, stale)
-        assert progress.applied == replay == 190
-        assert progress.start_offset > 600  # past the first two transactions' records
-        assert contents(stale) == expected
-    finally:
-        stale.close()
+    stale = restored(kafka_settings, tmp_path / "stale", changelog)
+    assert stale.progress.applied == replay == 190
+    assert stale.progress.start_offset > 600  # past the first two transactions' records
+    assert stale.contents == expected
 
 
 def test_aborted_changelog_records_are_not_restored(
     kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
 ) -> None:
-    store = Store("wheel", GROUP, tmp_path / "s", changelog)
-    store.open_partition(PARTITION)
+    store = opened(tmp_path / "s", changelog)
     commit_batches(kafka_settings, store, [{b"kept": b"1"}])
     store.close()
     writer = Producer(kafka_settings.client_config(**{"transactional.id": "rec-aborter"}))
@@ -151,28 +168,18 @@ def test_aborted_changelog_records_are_not_restored(
     writer.abort_transaction(30)
     assert end_offsets(kafka_settings, changelog)[PARTITION] >= 5  # 1 + marker + 2 + marker
     shutil.rmtree(tmp_path / "s")
-    rebuilt = Store("wheel", GROUP, tmp_path / "s", changelog)
-    try:
-        progress = restore(kafka_settings, rebuilt)
-        assert contents(rebuilt) == [(b"kept", b"1")] and progress.applied == 1
-    finally:
-        rebuilt.close()
+    rebuilt = restored(kafka_settings, tmp_path / "s", changelog)
+    assert rebuilt.contents == [(b"kept", b"1")] and rebuilt.progress.applied == 1
 
 
 def test_store_ahead_of_its_changelog_is_rebuilt(
     kafka_settings: KafkaSettings, changelog: str, tmp_path: Path
 ) -> None:
-    store = Store("wheel", GROUP, tmp_path / "s", changelog)
-    store.open_partition(PARTITION)
+    store = opened(tmp_path / "s", changelog)
     commit_batches(kafka_settings, store, [{b"k": b"1"}])
     store.partition(PARTITION).write({b"phantom": b"x"}, 1_000)  # not in the changelog
     store.close()
-    reopened = Store("wheel", GROUP, tmp_path / "s", changelog)
-    try:
-        restore(kafka_settings, reopened)
-        assert contents(reopened) == [(b"k", b"1")]
-    finally:
-        reopened.close()
+    assert restored(kafka_settings, tmp_path / "s", changelog).contents == [(b"k", b"1")]
 
 
 def fill_partitions(settings: KafkaSettings, topic: str, per_partition: int) -> None:

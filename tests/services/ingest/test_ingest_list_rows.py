@@ -11,7 +11,6 @@ pages; the term counts equal the records'; a format 4 store is rebuilt."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from services.ingest.view_store import NEWEST, ROW, ViewStore
 from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
 from streams.records import CronSchedule, Job, JobStatus
+from tests.services.ingest.view_testkit import batches
 
 CODEC = Codec.from_directory()
 T0 = 1_800_000_000_000
@@ -123,14 +123,6 @@ def fresh_items(store: ViewStore, where: JobFilter, now_ms: int) -> list[bytes]:
     """The items as the API built them before: decoded records and ``job_summary``."""
     rows, _ = store.job_page(where, None, 100)
     return [json_bytes(job_summary(r.job, r.lifecycle, r.last_execution, now_ms)) for r in rows]
-
-
-def batches(steps: list[Any], cuts: list[int]) -> Iterator[list[Any]]:
-    start = 0
-    for cut in sorted(set(cuts)):
-        yield steps[start:cut]
-        start = cut
-    yield steps[start:]
 
 
 @settings(max_examples=150, deadline=None)

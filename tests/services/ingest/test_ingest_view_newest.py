@@ -6,7 +6,6 @@ history itself whatever the order, repeats, batch splits, bound and tombstones
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from services.ingest.view_store import (
 from streams.codec import Codec, RecordKind
 from streams.identity import execution_id
 from streams.records import Job
+from tests.services.ingest.view_testkit import batches
 
 CODEC = Codec.from_directory()
 T0 = 1_800_000_000_000
@@ -93,14 +93,6 @@ def newest_in_history(store: ViewStore, job_id: str) -> tuple[bytes, bytes] | No
 def stored_newest(store: ViewStore, job_id: str) -> tuple[bytes, bytes] | None:
     value = store.get(NEWEST + job_id.encode())
     return None if value is None else split_newest(value)
-
-
-def batches(steps: list[Any], cuts: list[int]) -> Iterator[list[Any]]:
-    start = 0
-    for cut in sorted(set(cuts)):
-        yield steps[start:cut]
-        start = cut
-    yield steps[start:]
 
 
 @settings(max_examples=120, deadline=None)

@@ -14,13 +14,12 @@ import uuid
 from collections import Counter, defaultdict
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
+from bench.e2e_herd import due_reader
 from bench.herd import job_record, now_ms, produce_jobs, wait_until_applied
 from services.timer.settings import TimerSettings
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
-from streams.topics import Priority, TopicNames
 from tests.services.timer.test_timer_kafka import _timer_on_thread
 
 pytestmark = pytest.mark.kafka
@@ -32,17 +31,7 @@ B_JOBS = 200
 
 def _read_due(settings: KafkaSettings, wanted: int, timeout_s: float) -> list[tuple[int, str]]:
     """(partition, job id) of every herd DueEvent, in offset order per partition."""
-    topic = TopicNames(settings.namespace).due(Priority.NORMAL)
-    consumer = Consumer(
-        settings.client_config(
-            **{
-                "group.id": f"fair-reader-{uuid.uuid4().hex[:6]}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
+    consumer = due_reader(settings, "fair-reader")
     found: list[tuple[int, int, str]] = []
     deadline = time.monotonic() + timeout_s
     try:

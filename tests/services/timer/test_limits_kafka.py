@@ -19,13 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
-from bench.e2e_herd import EXECUTOR_ENV, HANDLER, ExecutorChild, ResultLog, wait_until_serving
+from bench.e2e_herd import (
+    EXECUTOR_ENV,
+    HANDLER,
+    ExecutorChild,
+    ResultLog,
+    due_reader,
+    wait_until_serving,
+)
 from bench.herd import TimerProcess, job_record, now_ms, produce_jobs, wait_until_applied
 from streams.codec import Codec, RecordKind
 from streams.settings import KafkaSettings
-from streams.topics import Priority, TopicNames
 
 pytestmark = pytest.mark.kafka
 
@@ -36,19 +41,26 @@ B_JOBS = 24
 LIMIT = {"a": {"executions_per_s": 24}}
 
 
+def _produce_herd(
+    topics: KafkaSettings, a_jobs: int, b_jobs: int, lead_ms: int
+) -> tuple[list[dict[str, Any]], int]:
+    """One-offs of tenants a and b all due at one instant ``lead_ms`` from now, written to
+    jobs: the records and the instant."""
+    created = now_ms()
+    instant_ms = created + lead_ms
+    records = [
+        job_record(f"{PREFIX}{tenant}-{i:04d}", created, run_at_ms=instant_ms, tenant=tenant)
+        | {"handler": HANDLER}
+        for tenant, count in (("a", a_jobs), ("b", b_jobs))
+        for i in range(count)
+    ]
+    produce_jobs(topics, records)
+    return records, instant_ms
+
+
 def _read_due(settings: KafkaSettings, wanted: int, timeout_s: float) -> list[dict[str, Any]]:
     """Every DueEvent of this test's jobs, committed, with its partition."""
-    topic = TopicNames(settings.namespace).due(Priority.NORMAL)
-    consumer = Consumer(
-        settings.client_config(
-            **{
-                "group.id": f"limits-reader-{uuid.uuid4().hex[:6]}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
+    consumer = due_reader(settings, "limits-reader")
     found: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     quiet_until = None
@@ -84,15 +96,7 @@ def test_a_limited_tenant_fires_at_its_rate_once_each_across_a_timer_kill(
         executor.start()
         results = ResultLog(topics, prefix=PREFIX)
         wait_until_serving(topics, results, timeout_s=120)
-        created = now_ms()
-        instant_ms = created + 6_000
-        records = [
-            job_record(f"{PREFIX}{tenant}-{i:04d}", created, run_at_ms=instant_ms, tenant=tenant)
-            | {"handler": HANDLER}
-            for tenant, count in (("a", A_JOBS), ("b", B_JOBS))
-            for i in range(count)
-        ]
-        produce_jobs(topics, records)
+        records, instant_ms = _produce_herd(topics, A_JOBS, B_JOBS, lead_ms=6_000)
         assert wait_until_applied(topics, instant_ms + 30_000) < instant_ms
         while now_ms() < instant_ms + 1_500:  # mid-throttle: most of A's fires are held
             results.poll(0.1)
@@ -156,15 +160,7 @@ def test_a_tenant_at_its_in_flight_limit_never_runs_more_and_every_job_runs_once
         executor.start()
         results = ResultLog(topics, prefix=PREFIX)
         wait_until_serving(topics, results, timeout_s=120)
-        created = now_ms()
-        instant_ms = created + 5_000
-        records = [
-            job_record(f"{PREFIX}{tenant}-{i:04d}", created, run_at_ms=instant_ms, tenant=tenant)
-            | {"handler": HANDLER}
-            for tenant, count in (("a", a_jobs), ("b", b_jobs))
-            for i in range(count)
-        ]
-        produce_jobs(topics, records)
+        records, _ = _produce_herd(topics, a_jobs, b_jobs, lead_ms=5_000)
         tally = results.wait_all_succeeded(a_jobs + b_jobs, timeout_s=120)
         dues = _read_due(topics, a_jobs + b_jobs, timeout_s=30)
     finally:
