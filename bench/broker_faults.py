@@ -71,6 +71,11 @@ PREFIX = "f-"
 HERD, STEADY, LIVE = f"{PREFIX}h-", f"{PREFIX}s-", f"{PREFIX}l-"
 KILLS = ("broker", "leader", "controller")
 CONNECTION_LOGGER = "streams.kafka.connection"
+LOGGED_BACK_WAIT_S = 30.0
+"""How long a run waits, once the killed node is back, for each service to log it back. A
+service's watcher asks a lost broker every second (``streams/kafka/connection.py``) with a
+fresh admin client, 2 s connect and 2 s metadata timeouts: a few seconds on a loaded machine,
+far less than this. A service that never logs it back still fails the run's check."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class FaultFigures:
     kill_ms: int
     back_ms: int | None  # when the killed node answered again (one node: mid-run)
     in_sync_s: float | None  # a cluster: from its restart until every replica was in sync
+    logged_back_s: float | None  # then until both services had logged it back (None: never)
     acknowledged: set[str]
     unacknowledged: set[str]
     succeeded_at_kill: int
@@ -134,12 +140,7 @@ class FaultFigures:
     def broker_lines(self, service: str) -> tuple[int, int, int]:
         """(lines 'broker ... does not answer', 'broker ... answers again', and librdkafka's
         own lines) the service logged."""
-        lines = self.service_logs[service].splitlines()
-        return (
-            sum(CONNECTION_LOGGER in line and "does not answer" in line for line in lines),
-            sum(CONNECTION_LOGGER in line and "answers again after" in line for line in lines),
-            sum(" librdkafka: " in line for line in lines),
-        )
+        return broker_lines(self.service_logs[service])
 
     def unexplained_lost(self) -> list[str]:
         """Lost jobs, but on one node those pinned behind an orphaned transaction."""
@@ -155,6 +156,32 @@ class FaultFigures:
         if self.plan.brokers > 1:
             return set(), explained | rest
         return explained, rest
+
+
+def broker_lines(log: str) -> tuple[int, int, int]:
+    """(lines 'broker ... does not answer', 'broker ... answers again', and librdkafka's own
+    lines) in a service's log."""
+    lines = log.splitlines()
+    return (
+        sum(CONNECTION_LOGGER in line and "does not answer" in line for line in lines),
+        sum(CONNECTION_LOGGER in line and "answers again after" in line for line in lines),
+        sum(" librdkafka: " in line for line in lines),
+    )
+
+
+def wait_logged_back(services: Sequence[TimerProcess], timeout_s: float) -> float | None:
+    """Seconds until every service has logged each broker it lost as answering again (None:
+    not within ``timeout_s``). Stopping the services as soon as the node's replicas are in
+    sync cut that line off: the replicas can catch up in under a second, before a service's
+    next ask (issue 20, the suite run of 2026-12-05 00:18)."""
+    started = time.monotonic()
+    while True:
+        counts = [broker_lines(service.log())[:2] for service in services]
+        if all(back >= lost for lost, back in counts):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout_s:
+            return None
+        time.sleep(0.2)
 
 
 def defects(f: FaultFigures) -> list[str]:
@@ -341,6 +368,7 @@ class FaultRun:
                 )
                 orphans = orphaned_partitions(self.kafka) if missing else {}
                 in_sync_s = self._restore(kill) if self.nodes > 1 else None
+                logged_back_s = wait_logged_back([self.timer, self.executor], LOGGED_BACK_WAIT_S)
                 alive = {"timer": _alive(self.timer), "executor": _alive(self.executor)}
             finally:
                 if submitter is not None:
@@ -357,6 +385,7 @@ class FaultRun:
                 kill_ms=kill.at_ms,
                 back_ms=kill.back_ms,
                 in_sync_s=in_sync_s,
+                logged_back_s=logged_back_s,
                 acknowledged=expected,
                 unacknowledged=submitter.refused,
                 succeeded_at_kill=kill.succeeded_before,
@@ -496,6 +525,8 @@ def report(f: FaultFigures) -> str:
         )
     if f.in_sync_s is not None:
         lines.append(f"killed node restarted: every replica in sync {f.in_sync_s:.1f} s later")
+    waited = "never" if f.logged_back_s is None else f"{f.logged_back_s:.1f} s later"
+    lines.append(f"both services had logged the node back: {waited}")
     for service in f.service_logs:
         lost, back, rdkafka = f.broker_lines(service)
         lines.append(

@@ -4,14 +4,14 @@ first a partition leader (not the active controller), then the active controller
 
 Topics have 3 replicas and ``min.insync.replicas`` 2, producers ``acks=all``: no create the
 client acknowledged is lost, no fire is lost or doubled, the services carry on without a
-restart (each saying once that the node went and once that it came back), and the fires
+restart (each saying once that the node went and once that it came back: the run waits for
+that line before it stops them, ``bench.broker_faults.wait_logged_back``), and the fires
 stall only while the node's partitions move (the figures print with ``-s``). The killed node
 is started again at the end of each test and every replica is back in sync before the next.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,18 +21,7 @@ from infra.cluster import LocalCluster
 
 from .broker_faults_kit import effect_plan, own_cluster, run_and_check
 
-pytestmark = [
-    pytest.mark.kafka,
-    pytest.mark.slow,
-    # Opt-in: in two suite runs of 2026-12-04 (18:47, and again at 00:20 after 3 runs in a
-    # row next to the other broker tests had passed and they were made default) one failed
-    # while each passed alone; until that is understood they run on request, like
-    # bench/broker_faults.py.
-    pytest.mark.skipif(
-        os.environ.get("KAFKRON_CLUSTER_FAULT_TESTS") != "1",
-        reason="3-node cluster kills: set KAFKRON_CLUSTER_FAULT_TESTS=1 (flaky in the suite)",
-    ),
-]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 STALL_BOUND_MS = 30_000
 """Far above the measured stall (the node's fencing after 4 s, then the leaders' move): a
