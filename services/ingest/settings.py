@@ -66,6 +66,9 @@ class IngestSettings(BaseSettings):
     # Ticks of one backfill window, at most. Counting them costs ~50 us a tick (croniter),
     # so a request at this bound answers in ~0.5 s; raise it for longer windows.
     max_backfill_ticks: int = Field(default=10_000, ge=1, le=100_000)
+    # The status view's RocksDB block cache, per API process (view_store.view_options);
+    # a view of 1M jobs is 0.7 GB on disk.
+    view_block_cache_mb: int = Field(default=256, ge=8, le=1 << 20)
     # How long a command waits for the view to read the latest state of its job.
     view_catch_up_timeout_s: float = Field(default=5.0, gt=0)
     # How long a produce may take to become durable before the command fails.

@@ -123,6 +123,7 @@ class StatusView:
             recent_executions=self._settings.recent_executions_per_job,
             executions_kept=self._settings.executions_kept_per_job,
             attempts_kept=self._settings.attempts_kept_per_execution,
+            block_cache_mb=self._settings.view_block_cache_mb,
         )
         kafka = self._settings.kafka
         self._admin = AdminClient(kafka.client_config())

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from services.ingest.exceptions import ViewInUseError
 from services.ingest.job_index import (
@@ -150,6 +150,28 @@ class JobRow:
     last_execution: dict[str, Any] | None
 
 
+def view_options(block_cache_mb: int) -> Options:
+    """The view's RocksDB options: a Bloom filter in each table file and an LRU block
+    cache of ``block_cache_mb``.
+
+    rocksdict holds the GIL through each call, so every block a get reads (a pread and a
+    Snappy decompression) is time the API's event loop waits while the view's thread
+    applies results; on a busy machine, a thread preempted inside such a call holds the
+    loop for the preemption. Many keys the view and a page ask for are absent (a first
+    execution's history, count and running keys, the newest execution of a job that never
+    ran): the filter answers those without reading a data block in each level. RocksDB's
+    default cache (32 MB) holds a small part of a store of 1M jobs (0.7 GB on disk,
+    Snappy-compressed). Measured in bench/HISTORY.md (2026-12-05, issue 18).
+    """
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)  # ~1% false positives, 10 bits a key
+    table.set_block_cache(Cache(block_cache_mb * 1024 * 1024))
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_block_based_table_factory(table)
+    return options
+
+
 class ViewStore:
     """The view's RocksDB on disk; reads are safe from any thread, one writer at a time.
 
@@ -166,12 +188,11 @@ class ViewStore:
         recent_executions: int,
         executions_kept: int = 100,
         attempts_kept: int = 100,
+        block_cache_mb: int = 256,
     ) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
         try:
-            self._db = Rdict(str(path), options=options)
+            self._db = Rdict(str(path), options=view_options(block_cache_mb))
         except Exception as exc:  # rocksdict raises a bare Exception carrying RocksDB's status
             if "lock" in str(exc).lower():
                 raise ViewInUseError(path, str(exc)) from exc
