@@ -8,6 +8,8 @@ outputs are collected in a list. Every test checks the ledger rule of ARCHITECTU
 from __future__ import annotations
 
 import bisect
+import copy
+import dataclasses
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -94,19 +96,52 @@ def result_bytes(job_id: str, tick_ms: int, status: str, now_ms: int) -> bytes:
     return CODEC.encode(RecordKind.EXECUTION_RESULT, record)
 
 
+def timer_settings(**overrides: Any) -> TimerSettings:
+    """The settings of the test timer; fire-ahead off unless ``overrides`` set it."""
+    return TimerSettings(
+        kafka=KafkaSettings(namespace="k."),
+        instance_id="test-timer",
+        **{"fire_ahead_ms": 0, **overrides},
+    )
+
+
+# Environments built once per (tag, overrides) by ``reused_env``: their readers and writers.
+_BUILT_ENVS: dict[tuple[str, tuple[tuple[str, Any], ...]], TimerEnv] = {}
+
+
+def reused_env(tag: str = "", **overrides: Any) -> TimerEnv:
+    """A timer environment for ``overrides`` whose generated readers and writers are built
+    and proven once per ``tag`` and ``overrides``, then shared by every environment this
+    returns for them; its per-process state (dead letters, fire stats, tenant ranks and
+    limits) is fresh each call.
+
+    For property tests that build timers per example: building an environment generates,
+    compiles and proves four record paths (~20 ms, most of such a test's time). The shared
+    readers keep their memos from one example to the next, as a running timer's keep them
+    from one record to the next. Tests of the start-up proof or of fallback counts build
+    their own (``Timer()``); two timers compared in one example take different tags.
+    """
+    key = (tag, tuple(sorted(overrides.items())))
+    built = _BUILT_ENVS.get(key)
+    if built is None:
+        built = _BUILT_ENVS[key] = TimerEnv.from_settings(timer_settings(**overrides), CODEC)
+    return dataclasses.replace(
+        built,
+        dead_letters=Counter(),
+        fire_stats=copy.deepcopy(built.fire_stats),
+        tenant_ranks=copy.deepcopy(built.tenant_ranks),
+        tenant_limits=copy.deepcopy(built.tenant_limits),
+    )
+
+
 class Timer:
     """One timer partition over fakes, driven by an explicit clock.
 
     Fire-ahead is off unless a test sets ``fire_ahead_ms``: these tests pin fire times to
     the millisecond (``test_fire_ahead.py`` tests the window)."""
 
-    def __init__(self, **overrides: Any) -> None:
-        settings = TimerSettings(
-            kafka=KafkaSettings(namespace="k."),
-            instance_id="test-timer",
-            **{"fire_ahead_ms": 0, **overrides},
-        )
-        self.env = TimerEnv.from_settings(settings, CODEC)
+    def __init__(self, *, env: TimerEnv | None = None, **overrides: Any) -> None:
+        self.env = env or TimerEnv.from_settings(timer_settings(**overrides), CODEC)
         self.jobs = FakeStore()
         self.wheel = FakeStore()
         self.out: list[tuple[str, bytes | None, bytes | None]] = []

@@ -40,6 +40,7 @@ from tests.services.timer.test_timer_logic import (
     cron_job,
     one_off,
     result_bytes,
+    reused_env,
 )
 
 
@@ -210,7 +211,7 @@ def test_started_is_known_agrees_with_load_state(
     asked_ms: int,
     sched_rank: int,
 ) -> None:
-    timer = Timer(max_running_per_job=max_running)
+    timer = Timer(env=reused_env(max_running_per_job=max_running))
     job_bytes = CODEC.encode(RecordKind.JOB, one_off("p", T0 + 1_000).to_avro())
     state = TimerState(
         "p", 1, "SCHEDULED", job_bytes, T0 + 1_000, sched_tick_ms, sched_fire_ms, fast
@@ -371,8 +372,9 @@ def test_results_change_the_stores_as_applying_them_to_the_loaded_state_does(
         state.sched_rank = sched_rank
     key = job_id.encode()
     timers = []
-    for _ in range(2):
-        timer = Timer(max_running_per_job=max_running, one_off_retention_ms=60_000)
+    for side in ("shortcut", "full"):
+        env = reused_env(side, max_running_per_job=max_running, one_off_retention_ms=60_000)
+        timer = Timer(env=env)
         if v["stored_as"] == "record":
             timer.jobs.set(key, encode_state(timer.scope(T0), state))
         else:
@@ -441,7 +443,7 @@ def test_completing_a_fired_one_off_is_decoding_changing_and_encoding_its_state(
 ) -> None:
     """The tail the shortcut writes gives the bytes of the decoded state, changed as the fire
     and the result change it, encoded whole: whatever the fields it leaves alone hold."""
-    timer = Timer(one_off_retention_ms=60_000)
+    timer = Timer(env=reused_env(one_off_retention_ms=60_000))
     job_bytes = CODEC.encode(RecordKind.JOB, one_off(job_id, T0 + 1_000).to_avro())
     pending = TimerState(
         job_id, version, status, job_bytes, T0 + 1_000, T0 + 1_000, T0 + 1_000, True,
