@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from services.timer import keys
 from streams.records import Job
-from tests.services.timer.test_timer_logic import T0, Timer, bump, one_off
+from tests.services.timer.test_timer_logic import T0, Timer, bump, one_off, reused_env
 
 JOBS = 6
 operations = st.lists(
@@ -30,7 +30,7 @@ operations = st.lists(
 def test_every_fire_happens_once_and_never_early(
     ops: list[tuple[str, int, int | str]], budget: int, overlap: str
 ) -> None:
-    timer = Timer(batch_size=budget)
+    timer = Timer(env=reused_env(batch_size=budget))  # readers built once: reused_env
     now = T0
     jobs: dict[int, Job] = {}
     expected: Counter[tuple[str, int]] = Counter()
