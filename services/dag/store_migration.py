@@ -25,15 +25,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-from confluent_kafka import Message, Producer
 
 from services.dag.scope import KEY_SPACES, OLD_STORES, STORE
 from services.dag.settings import DagSettings
 from streams.admin import admin_client, existing_partition_counts
-from streams.exceptions import KafkaDeliveryError, KafkronError
-from streams.migration.jobs_topic import end_offsets, group_members, read_range
+from streams.exceptions import KafkronError
+from streams.migration.jobs_topic import JobsWriter, end_offsets, group_members, read_range
 from streams.state.changelog import changelog_topic, ensure_changelog_topics
 from streams.topics import TopicNames
 
@@ -91,7 +88,7 @@ def migrate_old_changelogs(settings: DagSettings) -> MigrationReport:
     inputs = [names.jobs, names.job_results, names.dag_signals]
     partitions = ensure_changelog_topics(settings.kafka, group, [STORE], inputs)
     target = changelog_topic(settings.kafka, group, STORE)
-    writer = _ChangelogWriter(settings, target)
+    writer = JobsWriter(settings.kafka, target)
     for topic in old:
         ends = end_offsets(settings.kafka, topic)
         if len(ends) != partitions:
@@ -109,49 +106,13 @@ def migrate_old_changelogs(settings: DagSettings) -> MigrationReport:
             else:
                 live[(partition, key)] = value
         for (partition, key), value in live.items():
-            writer.write(partition, prefix + key, value)
-        writer.flush()
+            writer.write(prefix + key, value, partition)
+        writer.flush(_TIMEOUT_S)
         report.copied[topic] = len(live)
         _LOG.info("copied %d keys of %s into %s", len(live), topic, target)
     _delete_topics(settings, old)
     report.deleted = old
     return report
-
-
-class _ChangelogWriter:
-    """An idempotent ``acks=all`` producer to given partitions; flush raises unless all
-    arrived."""
-
-    def __init__(self, settings: DagSettings, topic: str) -> None:
-        self.topic = topic
-        self._errors: list[str] = []
-        self._producer = Producer(
-            settings.kafka.client_config(
-                **{"enable.idempotence": True, "acks": "all", "linger.ms": 5}
-            )
-        )
-
-    def write(self, partition: int, key: bytes, value: bytes) -> None:
-        while True:
-            try:
-                self._producer.produce(
-                    self.topic, value, key, partition=partition, on_delivery=self._delivered
-                )
-                return
-            except BufferError:
-                self._producer.poll(0.05)
-
-    def flush(self) -> None:
-        left = self._producer.flush(_TIMEOUT_S)
-        if left or self._errors:
-            raise KafkaDeliveryError(
-                f"{left} records to {self.topic} undelivered, errors {self._errors[:3]}; "
-                "nothing was deleted: run the migration again (it copies the same values)"
-            )
-
-    def _delivered(self, error: Any, message: Message) -> None:
-        if error is not None:
-            self._errors.append(str(error))
 
 
 def _delete_topics(settings: DagSettings, topics: list[str]) -> None:

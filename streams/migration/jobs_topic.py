@@ -5,7 +5,8 @@
   needs disk for it, not memory, and a resumed migration reads the same snapshot again.
 - :class:`JobsWriter`: an idempotent ``acks=all`` producer with the ``murmur2_random``
   partitioner (ingest's, so a job lands on the partition its key picks under the topic's
-  partition count), which raises at flush when any record was not delivered.
+  partition count, unless a write names its partition), which raises at flush when any
+  record was not delivered. The dag store migration writes changelogs with it too.
 - :func:`read_range`, :func:`end_offsets`, :func:`committed_offsets`, :func:`group_members`:
   records between offsets (``read_committed``), a topic's ends, a group's committed offsets
   (stable ones only: a transaction in flight does not count) and its members.
@@ -42,6 +43,8 @@ _LEADER_ERRORS = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
+PARTITION_UA = -1
+"""librdkafka's "no partition given": the producer's partitioner picks it from the key."""
 Record = tuple[int, int, bytes | None, bytes | None]
 """(partition, offset, key, value) of one record; value None is a tombstone."""
 
@@ -158,7 +161,8 @@ def group_members(kafka: KafkaSettings, group_id: str) -> int:
 
 
 class JobsWriter:
-    """Writes job records to one ``jobs`` topic; :meth:`flush` raises unless all arrived."""
+    """Writes records to one topic (a ``jobs`` topic, or a changelog with explicit
+    partitions); :meth:`flush` raises unless all arrived."""
 
     def __init__(self, kafka: KafkaSettings, topic: str) -> None:
         self.topic = topic
@@ -176,11 +180,14 @@ class JobsWriter:
             )
         )
 
-    def write(self, key: bytes, value: bytes | None) -> None:
-        """Queue one record (``value`` None: a tombstone)."""
+    def write(self, key: bytes, value: bytes | None, partition: int = PARTITION_UA) -> None:
+        """Queue one record (``value`` None: a tombstone) to ``partition`` (by default the
+        partition of ``key``)."""
         while True:
             try:
-                self._producer.produce(self.topic, value, key, on_delivery=self._delivered)
+                self._producer.produce(
+                    self.topic, value, key, partition=partition, on_delivery=self._delivered
+                )
                 break
             except BufferError:
                 self._producer.poll(0.05)
