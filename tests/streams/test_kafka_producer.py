@@ -321,3 +321,18 @@ def test_a_producer_tries_the_broker_again_within_a_second(kafka_settings: Kafka
     assert producer_config(kafka_settings, "t", 1000)["reconnect.backoff.max.ms"] == 1000
     extras = kafka_settings.model_copy(update={"librdkafka": {"reconnect.backoff.max.ms": 10_000}})
     assert producer_config(extras, "t", 1000)["reconnect.backoff.max.ms"] == 10_000
+
+
+def test_a_producer_retries_a_refused_request_after_10_ms(kafka_settings: KafkaSettings) -> None:
+    """A transaction started while the coordinator completes the previous one is refused
+    (CONCURRENT_TRANSACTIONS) and retried after retry.backoff.ms: librdkafka's 100 ms was
+    bench.dag's paced p99. The cap and the leader-query interval stay librdkafka's defaults;
+    the operator may set each back."""
+    config = producer_config(kafka_settings, "t", 1000)
+    assert config["retry.backoff.ms"] == 10
+    assert config["retry.backoff.max.ms"] == 1000
+    assert config["topic.metadata.refresh.fast.interval.ms"] == 100
+    back = {"retry.backoff.ms": 100, "retry.backoff.max.ms": 2000}
+    extras = kafka_settings.model_copy(update={"librdkafka": back})
+    assert producer_config(extras, "t", 1000)["retry.backoff.ms"] == 100
+    assert producer_config(extras, "t", 1000)["retry.backoff.max.ms"] == 2000
