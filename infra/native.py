@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reason = native.stale_reason()
     if args.action == "status":
-        print(status_line())
+        print(_describe(native.ROOT, reason))
         return 0 if reason is None else 1
     if reason is None and not args.force:
         print(f"compiled modules up to date in {native.build_dir()}")
@@ -182,7 +182,12 @@ def main(argv: list[str] | None = None) -> int:
 def status_line(root: Path = native.ROOT) -> str:
     """What ``status`` prints: whether the build is used, and whether its generated
     decoders are compiled or were refused by mypyc (then exec'd)."""
-    reason = native.stale_reason(root)
+    return _describe(root, native.stale_reason(root))
+
+
+def _describe(root: Path, reason: str | None) -> str:
+    """:func:`status_line` for a stale reason already computed (``status`` computes it once
+    for both its line and its exit code)."""
     if reason is not None:
         return f"compiled modules: {reason}"
     manifest = native.manifest(root)

@@ -132,3 +132,27 @@ def test_a_refusal_of_the_hand_written_modules_fails_the_build(
     with pytest.raises(NativeBuildError, match="refused"):
         native_build.build(root)
     assert "no build" in (native.stale_reason(root) or "")
+
+
+def test_status_computes_the_stale_reason_once(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``status`` prints its line and sets its exit code from one look at the build (it hashes
+    every compiled source and the generator's inputs), fresh or stale."""
+    build_with(root, FakeMypyc(refuse_generated=False), monkeypatch)
+    stale_reason, reasons = native.stale_reason, list[str | None]()
+
+    def counted(*_: Path) -> str | None:  # main asks about native.ROOT: this checkout
+        reasons.append(stale_reason(root))
+        return reasons[-1]
+
+    monkeypatch.setattr(native, "stale_reason", counted)
+    assert native_build.main(["status"]) == 0
+    assert reasons == [None]
+    assert "fresh" in capsys.readouterr().out
+
+    monkeypatch.setattr(native, "abi", lambda: "another interpreter's")  # now stale
+    reasons.clear()
+    assert native_build.main(["status"]) == 1
+    assert len(reasons) == 1 and reasons[0] is not None
+    assert capsys.readouterr().out.strip() == f"compiled modules: {reasons[0]}"
