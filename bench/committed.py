@@ -23,7 +23,8 @@ from itertools import pairwise
 from pathlib import Path
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 Partition = tuple[str, int]
@@ -69,6 +70,9 @@ class StableOffsetWatch:
     polls: list[StableOffsets] = field(default_factory=list)
     failures: int = 0
     cpu_s: float = 0.0
+    _process: subprocess.Popen[bytes] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def start(self) -> StableOffsetWatch:
         """Start polling (call shortly before the records of interest are produced)."""
@@ -113,7 +117,12 @@ def poll_until_told(bootstrap: str, partitions: Sequence[Partition], interval_ms
     request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
     order = [(t, p) for t, p in partitions]
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+
+    def stop_when_told() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=stop_when_told, daemon=True).start()
     polls: list[tuple[int, list[int]]] = []
     failures = 0
 

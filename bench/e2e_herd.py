@@ -382,7 +382,7 @@ def sample_stable_offsets(
 ) -> None:
     """Child process: the last stable offsets of ``partitions`` every ``interval_s`` until told."""
     admin = AdminClient(config)
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    latest = OffsetSpec.latest()
     request = {TopicPartition(t, p): latest for t, p in partitions}
     samples: Samples = []
     while not conn.poll(interval_s):

@@ -7,7 +7,8 @@ import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from bench.committed import StableOffsets, StableOffsetWatch, first_time_past
 from streams.kafka.producer import TransactionalProducer

@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 
 from infra.broker import free_port
 from infra.cluster import LocalCluster, replication_of

@@ -103,13 +103,13 @@ def records_of(
     return values_of(schema, schema["__named_schemas"], longs)
 
 
-def fastavro_bytes(schema: Mapping[str, Any], record: Mapping[str, Any]) -> bytes:
+def fastavro_bytes(schema: dict[str, Any], record: Mapping[str, Any]) -> bytes:
     buf = BytesIO()
     schemaless_writer(buf, schema, record)
     return buf.getvalue()
 
 
-def fastavro_read(schema: Mapping[str, Any], data: bytes) -> tuple[Any, int]:
+def fastavro_read(schema: dict[str, Any], data: bytes) -> tuple[Any, int]:
     """The value fastavro reads at the start of ``data``, and where it stops."""
     buf = BytesIO(data)
     return schemaless_reader(buf, schema, None), buf.tell()

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin._listoffsets import OffsetSpec
+from confluent_kafka.cimpl import NewTopic
 
 from streams.admin import admin_client
 from streams.settings import KafkaSettings
@@ -57,7 +58,7 @@ def end_offsets(settings: KafkaSettings, topic: str) -> dict[int, int]:
     """Log end offsets (including open transactions) per partition."""
     admin = admin_client(settings)
     tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
-    latest = {tp: OffsetSpec.latest() for tp in tps}  # type: ignore[no-untyped-call]
+    latest = {tp: OffsetSpec.latest() for tp in tps}
     futures = admin.list_offsets(latest, isolation_level=IsolationLevel.READ_UNCOMMITTED)
     return {tp.partition: f.result().offset for tp, f in futures.items()}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.cimpl import NewTopic
 
 from streams.admin import (
     admin_client,
@@ -25,7 +25,7 @@ def test_creates_every_topic_with_its_cleanup_policy(kafka_settings: KafkaSettin
     assert all(r.created for r in reports)
     assert {r.name: r.partitions for r in reports if r.partitions != 4} == {names.name(CLOCK): 1}
     admin = admin_client(kafka_settings)
-    from confluent_kafka.admin import ConfigResource
+    from confluent_kafka.admin._config import ConfigResource
 
     resource = ConfigResource("topic", names.jobs)
     configs = admin.describe_configs([resource])[resource].result()

@@ -76,7 +76,7 @@ def test_generated_code_writes_and_reads_as_fastavro(
     assert writer.encode(value) == fastavro_bytes(schema, record)
 
 
-def _run(schema: Mapping[str, Any], first: int, stop: int) -> dict[str, Any]:
+def _run(schema: Mapping[str, Any], first: int, stop: int | None) -> dict[str, Any]:
     """The record of ``schema``'s fields ``first`` to ``stop`` alone."""
     return {**schema, "fields": schema["fields"][first:stop]}
 

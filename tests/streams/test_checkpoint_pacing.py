@@ -6,11 +6,11 @@ is :func:`time.monotonic` patched for the test.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
-from streams import checkpoint as checkpoint_module
 from streams.checkpoint import Checkpoint
 
 
@@ -29,7 +29,7 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     fake = _Clock()
-    monkeypatch.setattr(checkpoint_module.time, "monotonic", fake)
+    monkeypatch.setattr(time, "monotonic", fake)  # as streams.checkpoint reads it
     return fake
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import example, given, settings
@@ -213,7 +214,10 @@ _write = st.tuples(
 )
 @given(steps=st.lists(st.one_of(_scan, _write), max_size=40))
 def test_scans_between_writes_match_a_dict_model(
-    steps: list[tuple[str, bytes, bytes, int] | tuple[str, dict[bytes, bytes | None]]],
+    steps: list[
+        tuple[Literal["scan"], bytes, bytes, int]
+        | tuple[Literal["write"], dict[bytes, bytes | None]]
+    ],
 ) -> None:
     folder = Path(tempfile.mkdtemp(prefix="partition-gaps-"))
     store = open_store(folder)

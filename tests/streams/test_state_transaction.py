@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import example, given, settings
@@ -233,7 +234,9 @@ write = st.tuples(st.just("write"), keys, st.one_of(st.none(), st.binary(max_siz
 )
 def test_interleaved_writes_and_scans_match_a_dict_model(
     stored: dict[bytes, bytes],
-    steps: list[tuple[str, bytes, bytes | None] | tuple[str, bytes, bytes, int]],
+    steps: list[
+        tuple[Literal["write"], bytes, bytes | None] | tuple[Literal["scan"], bytes, bytes, int]
+    ],
 ) -> None:
     with begun_on(stored) as txn:
         model = dict(stored)

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from services.executor.dedup import (
     DEFAULT_RETENTION_MS,
+    DEFAULT_SWEEP_MIN_IDS,
     DedupEntry,
     DedupStore,
     Progress,
@@ -37,12 +38,20 @@ class Harness:
     """One dedup store with expiry, its clock, and the changelog records it produced."""
 
     def __init__(
-        self, tmp_path: Path, producer: RecordingProducer | None = None, **options: int
+        self,
+        tmp_path: Path,
+        producer: RecordingProducer | None = None,
+        sweep_min_ids: int = DEFAULT_SWEEP_MIN_IDS,
     ) -> None:
         self.clock = SettableClock(T0)
         self.producer = producer or RecordingProducer()  # one per store: offsets go on
         self.dedup = DedupStore(
-            "g", tmp_path, CHANGELOG, retention_ms=RETENTION_MS, clock_ms=self.clock, **options
+            "g",
+            tmp_path,
+            CHANGELOG,
+            retention_ms=RETENTION_MS,
+            clock_ms=self.clock,
+            sweep_min_ids=sweep_min_ids,
         )
         self.dedup.store.open_partition(PARTITION)
 

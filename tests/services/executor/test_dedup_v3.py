@@ -348,9 +348,7 @@ def test_a_restore_at_any_commit_keeps_every_unexpired_entry(
             for _ in range(30):
                 owner.commit({})
         assert owner.contents().keys() <= {b"\x00format"}
-        last: dict[bytes | None, bytes | None] = {}
-        for _, key, value, _ in owner.producer.records:
-            last[key] = value
+        last = {key: value for _, key, value, _ in owner.producer.records}
         assert {k for k, v in last.items() if v is not None} <= {b"\x00format"}
     finally:
         owner.close()

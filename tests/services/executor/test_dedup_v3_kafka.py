@@ -214,8 +214,9 @@ def test_a_changelog_mixed_with_per_entry_records_restores_and_empties(
         expected = {p: contents(restored, p) for p in PARTITIONS}
     finally:
         restored.close()
-    last: dict[tuple[int, bytes | None], bytes | None] = {}
+    last: dict[tuple[int, bytes], bytes | None] = {}
     for record in changelog.records():
+        assert record.key is not None  # a changelog record is keyed
         last[(record.partition, record.key)] = record.value
     live_ids = {k for k, v in last.items() if v is not None and not k[1].startswith(b"\x00")}
     assert live_ids == set()  # every per-entry record ends with a tombstone

@@ -12,13 +12,13 @@ from pydantic.types import StringConstraints
 from services.executor.context import HandlerContext
 from services.executor.exceptions import HandlerNotFoundError
 from services.executor.handlers import (
-    HANDLER_NAME_PATTERN,
     HandlerKind,
     HandlerRegistry,
     is_async_callable,
     is_valid_handler_name,
 )
 from streams.exceptions import ConfigurationError
+from streams.identity import HANDLER_NAME_PATTERN
 
 VALID = ["a", "reports.nightly", "billing.v2.charge_all", "x1", "a.b_c.d9", "a._x", "a.1"]
 INVALID = [

@@ -176,7 +176,8 @@ def test_the_reported_crashers_are_dead_lettered_with_their_reason(
     executor (struct.error in the dedup store); a null key, a key that is not the job id and
     an empty execution id ran."""
     topic = TopicNames(module_topics.namespace).due(Priority.NORMAL)
-    cases = {
+    # name: (DueEvent fields replaced, the record's key (None: the job id), the reason)
+    cases: dict[str, tuple[dict[str, Any], bytes | None, str]] = {
         "attempt": ({"attempt": -1}, None, "DueEvent.attempt is -1, below its minimum 1"),
         "long-id": (
             {"execution_id": "x" * 70_000},

@@ -7,7 +7,7 @@ from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.executor.lane_buffers import LaneBuffers
+from services.executor.lane_buffers import Buffered, LaneBuffers
 from services.executor.lanes import DEFAULT_MAX_PASSES, LANES, MIN_MAX_PASSES, LaneSelector
 from streams.topics import Priority
 
@@ -102,6 +102,26 @@ def test_a_bound_below_lanes_minus_one_is_refused() -> None:
         LaneSelector({NORMAL: 1})
 
 
+def messages(records: list[Buffered]) -> list[Message]:
+    """``records`` as the Messages they are: these tests requeue no held run."""
+    found = [r for r in records if isinstance(r, Message)]
+    assert len(found) == len(records), records
+    return found
+
+
+def message(record: Buffered | None) -> Message | None:
+    """:func:`messages` of one record taken (None: nothing to take)."""
+    return None if record is None else messages([record])[0]
+
+
+def drained(buffers: LaneBuffers) -> list[Message]:
+    """Every record left, taken one by one."""
+    taken = []
+    while (record := buffers.take()) is not None:
+        taken.append(record)
+    return messages(taken)
+
+
 class ReferenceBuffers:
     """LaneBuffers as first written: a selector pick for every record taken."""
 
@@ -187,8 +207,8 @@ def test_lane_buffers_take_exactly_what_a_pick_per_record_takes(
             paired.apply(op, a, b)
             continue
         for _ in range(a):
-            message = paired.buffers.take()
-            got = None if message is None else (message.partition(), message.offset())
+            taken = message(paired.buffers.take())
+            got = None if taken is None else (taken.partition(), taken.offset())
             assert got == paired.reference.take()
         paired.assert_same_size()
 
@@ -200,7 +220,7 @@ def test_passes_left_by_a_discard_still_count_after_a_one_lane_spell() -> None:
     paired = PairedBuffers(topics, 100, bounds)
 
     def take(n: int) -> list[tuple[int | None, int | None]]:
-        taken = [paired.buffers.take() for _ in range(n)]
+        taken = [message(paired.buffers.take()) for _ in range(n)]
         got = [(m.partition(), m.offset()) for m in taken if m is not None]
         expected: list[tuple[int | None, int | None]] = []
         expected.extend(r for r in (paired.reference.take() for _ in range(n)) if r is not None)
@@ -240,7 +260,7 @@ def test_a_run_taken_then_partly_put_back_is_what_a_take_per_kept_record_takes(
         assert len({(m.topic(), m.partition()) for m in run}) <= 1
         kept = min(b, len(run))
         paired.buffers.put_back(run[kept:])
-        got = [(m.partition(), m.offset()) for m in run[:kept]]
+        got = [(m.partition(), m.offset()) for m in messages(run[:kept])]
         assert got == [paired.reference.take() for _ in range(kept)]
         if not run:
             assert paired.reference.take() is None
@@ -255,8 +275,8 @@ def test_a_run_never_passes_over_a_lane_beyond_its_starvation_bound() -> None:
     for offset in range(10):
         paired.add("h", 0, offset)
     paired.add("n", 0, 100)
-    taken = []
-    while run := paired.buffers.take_run(10):
+    taken: list[tuple[int | None, int | None]] = []
+    while run := messages(paired.buffers.take_run(10)):
         taken.extend((m.partition(), m.offset()) for m in run)
     assert taken == [paired.reference.take() for _ in range(11)]
     assert taken.index((0, 100)) <= 2  # passed over at most twice
@@ -279,5 +299,5 @@ def test_add_many_is_add_of_each(batches: list[tuple[int, int]]) -> None:
         many.add_many(topic, run)
         assert len(many) == len(one_by_one)
         assert many.full_lanes() == one_by_one.full_lanes()
-    order = [(m.topic(), m.offset()) for m in iter(one_by_one.take, None)]
-    assert [(m.topic(), m.offset()) for m in iter(many.take, None)] == order
+    order = [(m.topic(), m.offset()) for m in drained(one_by_one)]
+    assert [(m.topic(), m.offset()) for m in drained(many)] == order

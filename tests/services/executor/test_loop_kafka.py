@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from bench.herd import job_record, produce_jobs
 from services import cli
@@ -88,7 +89,9 @@ class Calls:
         return sum(1 for c in self.calls if c.execution_id == execution_id)
 
 
-def start_executor(topics: KafkaSettings, calls: Calls, worker: str = "w0", **fields: Any):
+def start_executor(
+    topics: KafkaSettings, calls: Calls, worker: str = "w0", **fields: Any
+) -> ExecutorThread:
     settings = executor_settings(topics, worker, **fields)
     registry = build_registry(settings)
     registry.register("tests.record", calls.record)

@@ -38,6 +38,7 @@ from services.executor.service import build_registry, serve
 from services.executor.settings import DEFAULT_HANDLER_SPECS, ExecutorSettings
 from services.executor.stats import ExecutorStats
 from streams.codec import Codec, RecordKind
+from streams.migration.jobs_topic import PARTITION_UA
 from streams.settings import KafkaSettings
 from streams.topics import Priority, TopicNames
 
@@ -96,10 +97,10 @@ def produce(
             assert error is None, error
             landed[i] = (message.topic(), message.partition(), message.offset())
 
-        extra = {} if partition is None else {"partition": partition}
+        chosen = PARTITION_UA if partition is None else partition
         while True:
             try:
-                producer.produce(topic, value, key, on_delivery=_report, **extra)
+                producer.produce(topic, value, key, partition=chosen, on_delivery=_report)
                 break
             except BufferError:
                 producer.poll(0.05)

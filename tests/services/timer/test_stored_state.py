@@ -26,7 +26,7 @@ from services.timer import record_bytes
 from services.timer.keys import NO_RANK
 from services.timer.record_bytes import RecordBytes
 from services.timer.stored_state import StoredStates, TimerState
-from streams.avro_writer import GeneratedWriter
+from streams.avro_writer import GeneratedWriter, generate_writer
 from streams.codec import Codec, RecordKind
 from streams.exceptions import DecodeError
 from streams.records import Job
@@ -319,7 +319,7 @@ def test_generated_code_that_disagrees_with_the_codec_is_not_used(
             lambda record: writer.encode(record) + b"\x00", writer.to_record, writer.source
         )
 
-    real = record_bytes.generate_writer
+    real = generate_writer  # what record_bytes calls
     monkeypatch.setattr(record_bytes, "generate_writer", one_byte_more)
     with caplog.at_level(logging.WARNING, logger="streams.fast_path"):
         states = StoredStates(CODEC)

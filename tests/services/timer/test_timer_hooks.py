@@ -17,6 +17,7 @@ from services.timer.service import JOBS_STORE, WHEEL_STORE, TimerHooks
 from services.timer.settings import TimerSettings
 from services.timer.state import load_state
 from streams.codec import Codec, RecordKind
+from streams.dead_letters import value_of
 from streams.settings import KafkaSettings
 from tests.services.timer.test_timer_logic import T0, FakeStore, one_off, result_bytes
 
@@ -182,7 +183,7 @@ def test_a_run_of_results_changes_stores_and_outputs_as_each_record_applied_alon
     ]
     run_ctx = fired()
     run_scope = scope_at(run_ctx)
-    apply_results(run_scope, 0, records)  # type: ignore[arg-type]
+    apply_results(run_scope, 0, records)
     finish_inputs(run_scope)
     alone_ctx = fired()
     alone_scope = scope_at(alone_ctx)
@@ -192,7 +193,9 @@ def test_a_run_of_results_changes_stores_and_outputs_as_each_record_applied_alon
     finish_inputs(alone_scope)
     assert run_ctx.out == alone_ctx.out
     out = run_ctx.out
-    dead = [CODEC.decode(RecordKind.DEAD_LETTER, v) for t, _, v in out if t == ENV.dlq_topic]
+    dead = [
+        CODEC.decode(RecordKind.DEAD_LETTER, value_of(v)) for t, _, v in out if t == ENV.dlq_topic
+    ]
     assert [d["source_offset"] for d in dead] == [11, 12, 13, 14]
     for name in (JOBS_STORE, WHEEL_STORE):
         assert run_ctx.stores[name].data == alone_ctx.stores[name].data

@@ -34,6 +34,7 @@ from services.timer.settings import TimerSettings
 from services.timer.state import load_state
 from services.timer.wheel import WATERMARK_KEY
 from streams.codec import Codec, RecordKind
+from streams.dead_letters import value_of
 from streams.identity import execution_id
 from streams.records import (
     AttemptOutcome,
@@ -554,7 +555,7 @@ def test_a_job_with_two_schedule_kinds_is_dead_lettered_not_fired() -> None:
     timer.submit(one_off("d", T0 + 1_000, depends_on=["up"]), T0)
     timer.run(T0, T0 + 5_000, 100)
     [(topic, key, value)] = timer.out
-    dead = CODEC.decode(RecordKind.DEAD_LETTER, value)
+    dead = CODEC.decode(RecordKind.DEAD_LETTER, value_of(value))
     assert topic == "k.dlq" and key is None and timer.wheel.data == {}
     assert dead["reason"] == (
         "Job must have exactly one of run_at_ms, cron, depends_on (it has run_at_ms, depends_on)"
