@@ -65,8 +65,8 @@ def read_jobs(settings: KafkaSettings, until_s: float) -> dict[str, dict[str, ob
             if found:  # a follow-up of the SUCCEEDED, were there one, comes with it
                 deadline = min(deadline, time.monotonic() + 2.0)
             for m in consumer.consume(num_messages=100, timeout=0.5):
-                if m.error() is None and m.value() is not None:
-                    found[(m.key() or b"").decode()] = CODEC.decode(RecordKind.JOB, m.value())
+                if m.error() is None and (value := m.value()) is not None:
+                    found[(m.key() or b"").decode()] = CODEC.decode(RecordKind.JOB, value)
     finally:
         consumer.close()
     return found

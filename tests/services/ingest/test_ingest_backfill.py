@@ -8,11 +8,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
 
 from services.ingest.backfill import parse_backfill
 from services.ingest.exceptions import JobRequestError
 from services.ingest.settings import IngestSettings
 from streams.codec import Codec, RecordKind
+from streams.dead_letters import value_of
 from streams.topics import TopicNames
 from tests.services.ingest.conftest import read_topic
 from tests.services.ingest.test_ingest_api import Http, create, iso, locs, serving
@@ -35,8 +37,14 @@ def records_of(settings: IngestSettings, job_id: str) -> list[dict[str, Any]]:
     """Every Job record of ``job_id`` on ``jobs``, oldest first."""
     topic = TopicNames(settings.kafka.namespace).jobs
     found = [m for m in read_topic(settings.kafka, topic) if m.key() == job_id.encode()]
-    found.sort(key=lambda m: m.offset())
-    return [CODEC.decode(RecordKind.JOB, m.value()) for m in found]
+    found.sort(key=offset_of)
+    return [CODEC.decode(RecordKind.JOB, value_of(m.value())) for m in found]
+
+
+def offset_of(message: Message) -> int:
+    offset = message.offset()
+    assert offset is not None  # a consumed record has its offset
+    return offset
 
 
 def backfill(http: Http, job_id: str, **body: Any) -> Any:
@@ -90,7 +98,7 @@ def test_the_written_record_carries_the_backfill_and_every_other_update_clears_i
     assert http.delete(f"/api/jobs/{job_id}").status_code == 200
     records = records_of(ingest_settings, job_id)
     window = {"from_ms": T, "to_ms": T + 2 * HOUR_MS, "per_s": 7}
-    kinds = []
+    kinds: list[dict[str, Any] | None] = []
     for record in records:
         fill = record["backfill"]
         if fill is None:

@@ -13,7 +13,7 @@ import asyncio
 import random
 
 import pytest
-from confluent_kafka import IsolationLevel, KafkaException, Producer
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from services.ingest.catch_up import AsyncCatchUp
@@ -88,13 +88,18 @@ def test_a_wait_started_after_a_foreign_write_ends_past_it(
         try:
             for i in range(30):
                 partition = i % count
-                acked: list[int] = []
+                acked: list[int | None] = []
+
+                def on_delivery(
+                    error: KafkaError | None, message: Message, acked: list[int | None] = acked
+                ) -> None:
+                    acked.append(message.offset())
+
                 producer.produce(
-                    jobs, b"foreign", b"k", partition=partition,
-                    on_delivery=lambda e, m, acked=acked: acked.append(m.offset()),
-                )  # fmt: skip
+                    jobs, b"foreign", b"k", partition=partition, on_delivery=on_delivery
+                )
                 await asyncio.to_thread(producer.flush, 10)
-                assert len(acked) == 1
+                assert len(acked) == 1 and acked[0] is not None  # delivered: it has its offset
                 assert await catch_up.caught_up([(jobs, partition)], 10.0)
                 seen.append((partition, acked[0], view.position((jobs, partition))))
         finally:

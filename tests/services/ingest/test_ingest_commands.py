@@ -205,7 +205,7 @@ def test_trigger_now_sets_a_manual_fire_and_keeps_the_status() -> None:
         trigger_record({**submitted(), "status": "COMPLETED"}, NOW_US + 4)
 
 
-_TEXT = st.characters(exclude_categories=("Cs",))  # what a str can encode to UTF-8
+_TEXT = st.characters(exclude_categories=["Cs"])  # what a str can encode to UTF-8
 
 
 @given(st.text(_TEXT, max_size=70), st.text(_TEXT, max_size=300))

@@ -60,7 +60,7 @@ def test_each_api_process_serves_its_view_health_on_a_metrics_port_of_its_own(
     )
     try:
         deadline = time.monotonic() + 60
-        ready = {0: {}, 1: {}}
+        ready: dict[int, dict[str, float]] = {0: {}, 1: {}}
         while not all(s.get("kafkron_api_view_ready") == 1 for s in ready.values()):
             assert time.monotonic() < deadline, f"the views never showed ready: {ready}"
             assert supervisor.poll() is None

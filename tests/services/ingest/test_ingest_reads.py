@@ -181,11 +181,15 @@ def test_a_one_off_whose_execution_ended_is_completed_with_its_outcome(
         "next_cursor": None,
     }
     # A replay of the dead execution makes the one-off scheduled again until it ends.
-    replayed = {"trigger": Trigger.REPLAY}
-    feeder.result(dead, run_at, ExecutionStatus.STARTED, started_at_ms=run_at + 100, **replayed)
+    replayed = Trigger.REPLAY
+    feeder.result(
+        dead, run_at, ExecutionStatus.STARTED, started_at_ms=run_at + 100, trigger=replayed
+    )
     caught_up_after(http, feeder)
     assert http.get(f"/api/jobs/{dead}").json()["status"] == "SCHEDULED"
-    feeder.result(dead, run_at, ExecutionStatus.SUCCEEDED, finished_at_ms=run_at + 200, **replayed)
+    feeder.result(
+        dead, run_at, ExecutionStatus.SUCCEEDED, finished_at_ms=run_at + 200, trigger=replayed
+    )
     caught_up_after(http, feeder)
     job = http.get(f"/api/jobs/{dead}").json()
     assert (job["status"], job["outcome"]) == ("COMPLETED", "SUCCEEDED")

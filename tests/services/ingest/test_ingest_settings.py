@@ -35,7 +35,7 @@ def test_read_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 def test_frozen_and_checked(tmp_path: Path) -> None:
     settings = IngestSettings(kafka=KafkaSettings(state_dir=tmp_path))
     with pytest.raises(ValidationError):
-        settings.http_port = 1  # type: ignore[misc]
+        settings.http_port = 1
     with pytest.raises(ValidationError, match="max_backoff_s"):
         IngestSettings(default_retry=DefaultRetry(initial_backoff_s=10, max_backoff_s=5))
     with pytest.raises(ValidationError):
@@ -56,7 +56,7 @@ def test_the_api_process_runs_with_the_configured_gil_switch_interval(
     monkeypatch.setattr(
         uvicorn.Server, "run", lambda self, **_: seen.append(sys.getswitchinterval())
     )
-    monkeypatch.setattr(main, "_config", lambda settings, app=None: uvicorn.Config(app=None))
+    monkeypatch.setattr(main, "_config", lambda settings, app=None: uvicorn.Config(app=app))
     before = sys.getswitchinterval()
     try:
         monkeypatch.setenv("KAFKRON_INGEST_GIL_SWITCH_INTERVAL_S", "0.002")

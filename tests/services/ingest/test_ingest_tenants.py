@@ -24,7 +24,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from services.ingest.access import caller_of, is_public, static_prefixes
+from services.ingest.access import BearerAuth, caller_of, is_public, static_prefixes
 from services.ingest.api import create_app
 from services.ingest.create_lane import BATCH_PATH, CREATE_PATH
 from services.ingest.settings import IngestSettings
@@ -90,6 +90,7 @@ def test_every_route_is_tenant_checked_or_public(tmp_path: Path) -> None:
         if isinstance(route, Mount) and isinstance(route.app, StaticFiles):
             continue  # static files: public by design (no job data)
         if isinstance(route, APIRoute) and _takes_caller(route):
+            assert route.methods is not None  # an APIRoute has its methods (GET by default)
             scoped |= {(method, route.path) for method in route.methods}
         elif isinstance(route, Route | Mount) and is_public(route.path, static):
             pass  # a public path, or an app mounted at one (/metrics)
@@ -118,7 +119,9 @@ def test_every_protected_route_and_the_creates_answer_401_without_a_valid_token(
              for (m, _), (p, _) in BY_ID.items()]  # fmt: skip
     calls += [*LISTS, *ADMIN_ONLY, *CREATES]
     with start_blocking_portal() as portal:
-        for target in (app, _config(settings).app):
+        front = _config(settings).app
+        assert isinstance(front, BearerAuth)  # the token check, in front of the app
+        for target in (app, front):
             client = httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=target), base_url="http://ingest"
             )

@@ -30,8 +30,11 @@ def result(
     """An ExecutionResult recorded in second ``recorded_s``; started ``lateness_ms`` after
     its tick (in the same second) when given."""
     recorded_ms = recorded_s * 1000 + 500
-    started = None if lateness_ms is None else recorded_s * 1000 + 100
-    scheduled = recorded_ms - 1000 if started is None else started - lateness_ms
+    started: int | None = None
+    scheduled = recorded_ms - 1000
+    if lateness_ms is not None:
+        started = recorded_s * 1000 + 100
+        scheduled = started - lateness_ms
     return {
         "status": status,
         "attempt": attempt,

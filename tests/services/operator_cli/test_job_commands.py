@@ -92,7 +92,9 @@ def test_pause_resume_trigger_cancel(kafkron: Kafkron) -> None:
     assert triggered.code == 0, triggered
     assert triggered.out.startswith(f"job {job_id}: SCHEDULED, fires ")
     cancelled = kafkron("cancel", job_id, "--json")
-    assert cancelled.code == 0 and cancelled.json()["status"] == "CANCELLED", cancelled
+    assert cancelled.code == 0, cancelled
+    answer = cancelled.json()
+    assert isinstance(answer, dict) and answer["status"] == "CANCELLED", cancelled
     # Refused with its reason: exit 1, the reason on stderr, {"error"} with --json.
     refused = kafkron("resume", job_id, "--json")
     assert refused.code == 1, refused
