@@ -470,7 +470,7 @@ def orphaned_partitions(kafka: KafkaSettings, wait_s: float = 5.0) -> dict[str, 
     its abort markers) holds every read_committed reader there."""
     admin = AdminClient(kafka.client_config())
     metadata = admin.list_topics(timeout=10).topics
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    latest = OffsetSpec.latest()
     request = {
         TopicPartition(name, p): latest
         for name, topic in metadata.items()

@@ -69,7 +69,7 @@ def run_and_check(cluster: LocalCluster, plan: FaultPlan, work_dir: Path) -> Fau
     print(f"reruns (a handler run again after an aborted commit): {reruns:,}")
     assert figures.services_alive == {"timer": True, "executor": True}
     for service in ("timer", "executor"):
-        lost, back, rdkafka = figures.broker_lines(service)
-        assert (lost, back) == (1, 1), f"{service}: {lost} lost lines, {back} back lines"
+        down, back, rdkafka = figures.broker_lines(service)
+        assert (down, back) == (1, 1), f"{service}: {down} lost lines, {back} back lines"
         assert rdkafka <= 30, f"{service} logged {rdkafka} librdkafka lines"
     return figures
