@@ -36,7 +36,6 @@ from services.ingest.lifecycle import Lifecycle
 from services.ingest.recent_outcomes import RecentOutcomes
 from services.ingest.settings import IngestSettings
 from services.ingest.view_batch import ViewBatch
-from services.ingest.view_reads_first import ReadsFirst
 from services.ingest.view_store import JobRow, ViewStore
 from streams import clock
 from streams.codec import Codec
@@ -54,10 +53,6 @@ _BATCH_MAX = 2_000
 # holds the GIL (about 4 us a key), and a request waits for it; a slice of 100 results
 # is ~500 keys, so a read waits ~2 ms at most instead of ~40 ms behind 2,000.
 _APPLY_SLICE = 100
-# The longest a slice's applying steps aside for reads in progress (view_reads_first):
-# under a continuous stream of reads the view still applies a slice (~1-3 ms of work)
-# every few ms, far faster than results arrive.
-_STEP_ASIDE_MAX_S = 0.005
 _POLL_S = 0.05
 _ADMIN_TIMEOUT_S = 10.0
 # Leadership moves (a topic just created, a broker restarting); librdkafka does not flag
@@ -104,7 +99,6 @@ class StatusView:
         self._ready = threading.Event()
         self._startup_targets: dict[TopicPartitionKey, int] = {}
         self._advance_listeners: list[Callable[[], None]] = []
-        self._reads_first = ReadsFirst()
         self.last_error: str | None = None
         self.recent_outcomes = RecentOutcomes()  # live throughput and lateness (dashboard)
 
@@ -206,68 +200,57 @@ class StatusView:
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """The job's current Job record, or None when unknown."""
-        with self._reads_first.reading():
-            return self.store.job(job_id)
+        return self.store.job(job_id)
 
     def lifecycle(self, job_id: str) -> Lifecycle | None:
         """What the job's shown status follows from (COMPLETED one-offs), or None."""
-        with self._reads_first.reading():
-            return self.store.lifecycle(job_id)
+        return self.store.lifecycle(job_id)
 
     def jobs(
         self, where: JobFilter, cursor: str | None, limit: int
     ) -> tuple[list[JobRow], str | None]:
         """A page of jobs matching ``where``, in job id order, and the next page's cursor."""
-        with self._reads_first.reading():
-            return self.store.job_page(where, cursor, limit)
+        return self.store.job_page(where, cursor, limit)
 
     def jobs_json(
         self, where: JobFilter, cursor: str | None, limit: int, now_ms: int
     ) -> tuple[list[bytes], str | None]:
         """:meth:`jobs` as the API's items (JSON bytes, pre-rendered by the view; times
         that follow from now, such as a cron's next run, as of ``now_ms``)."""
-        with self._reads_first.reading():
-            return self.store.job_page_json(where, cursor, limit, now_ms)
+        return self.store.job_page_json(where, cursor, limit, now_ms)
 
     def executions(self, job_id: str) -> list[dict[str, Any]]:
         """Recent executions of the job, newest first, each with its attempts."""
-        with self._reads_first.reading():
-            return self.store.executions(job_id)
+        return self.store.executions(job_id)
 
     def execution_page(
         self, job_id: str, cursor: str | None, limit: int
     ) -> tuple[list[dict[str, Any]], str | None]:
         """A page of the job's kept executions, newest first, and the next page's cursor."""
-        with self._reads_first.reading():
-            return self.store.execution_page(job_id, cursor, limit)
+        return self.store.execution_page(job_id, cursor, limit)
 
     def execution(self, execution_id: str) -> dict[str, Any] | None:
         """One execution with every attempt kept, or None."""
-        with self._reads_first.reading():
-            return self.store.execution(execution_id)
+        return self.store.execution(execution_id)
 
     def dead_letter_of(self, execution_id: str) -> dict[str, Any] | None:
         """The newest dead letter of an execution, or None."""
-        with self._reads_first.reading():
-            return self.store.dead_letter_of(execution_id)
+        return self.store.dead_letter_of(execution_id)
 
     def running(self, job_id: str) -> dict[str, int]:
         """The job's executions STARTED without an outcome yet (execution_id -> attempt)."""
-        with self._reads_first.reading():
-            return self.store.running(job_id)
+        return self.store.running(job_id)
 
     def dependents(self, job_id: str, limit: int) -> list[str]:
         """The jobs whose ``depends_on`` names ``job_id`` (sorted, at most ``limit``)."""
-        with self._reads_first.reading():
-            return self.store.dependents(job_id, limit)
+        return self.store.dependents(job_id, limit)
 
     def dead_letters(
         self, cursor: str | None, limit: int, tenant: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         """A page of dead letters (only ``tenant``'s when given), newest first, and the next
         page's cursor (or None)."""
-        with self._reads_first.reading():
-            return self.store.dead_letters(cursor, limit, tenant)
+        return self.store.dead_letters(cursor, limit, tenant)
 
     def undecodable_count(self) -> int:
         """Records skipped because they did not decode, since the store was created."""
@@ -448,9 +431,7 @@ class StatusView:
     ) -> tuple[dict[TopicPartitionKey, int], list[dict[str, Any]]]:
         batch = self.store.begin()
         positions: dict[TopicPartitionKey, int] = {}
-        step_aside_until_s = time.monotonic() + _STEP_ASIDE_MAX_S
         for message in messages:
-            self._reads_first.step_aside(step_aside_until_s)
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None
             error = message.error()
@@ -465,7 +446,6 @@ class StatusView:
             self._apply_one(batch, message, topic, partition, offset)
             batch.consumed(topic, partition, offset)
             positions[(topic, partition)] = max(positions.get((topic, partition), 0), offset + 1)
-        self._reads_first.step_aside(step_aside_until_s)
         batch.commit()
         return positions, batch.results
 
