@@ -35,11 +35,14 @@ def java_major_version() -> int:
 
 
 def fetch_jars(settings: BrokerSettings) -> Path:
-    """Copy Kafka and its runtime dependencies into ``settings.libs_dir``; reuse a good copy.
+    """Copy Kafka and its runtime dependencies into ``settings.libs_dir/<kafka_version>``;
+    reuse a good copy.
 
-    The folder is wiped before copying, because jars of two versions on one classpath clash.
+    Each version has its folder, so fetching one never removes the jars a running broker of
+    another version was started from (the bench can run its own broker on another Kafka). A
+    folder is wiped before copying, because jars of two versions on one classpath clash.
     """
-    libs = settings.libs_dir.resolve()
+    libs = settings.libs_dir.resolve() / settings.kafka_version
     wanted = f"kafka={settings.kafka_version} log4j={settings.log4j_version}"
     marker = libs / _MARKER
     if marker.exists() and marker.read_text() == wanted:

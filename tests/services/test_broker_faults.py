@@ -1,28 +1,24 @@
 """A single broker SIGKILLed mid-herd, mid-steady load and mid-submissions, then started again
-(``bench/broker_faults.py`` on a broker of the test's own).
+(``bench/broker_faults.py`` on a broker of the test's own, infra's Kafka version).
 
-What holds: every create the client acknowledged is on ``jobs``; the timer and the executor
-carry on without a restart, each saying once that the broker went and once that it came back;
-fires resume within seconds of the broker's return; every outcome is SUCCEEDED and comes from
-a handler run.
+What holds: every create the client acknowledged is on ``jobs`` and ends with exactly one
+SUCCEEDED, from a handler run; no fire is lost or doubled; the timer and the executor carry on
+without a restart, each saying once that the broker went and once that it came back; fires
+resume within seconds of the broker's return.
 
-What does not, on one node of Kafka 4.4 (KAFKA-20734, open upstream): the transaction each
-service had open at the kill is aborted by the restarted broker (its timeout passed while it
-was down), but no abort markers are written. The coordinator sends them before the restarted
-node is unfenced; while the controller fences the node's previous registration its partitions
-have no leader, and ``KRaftMetadataCache.getPartitionLeaderEndpoint`` answers empty for a
-partition without a leader, which the coordinator takes for a deleted partition and skips.
-Two things follow, and the test checks that nothing else happened:
+Kafka 4.3 and 4.4 break this on one node (KAFKA-20734): the restarted broker aborts the
+transactions open at the kill but drops their abort markers when the node's previous
+registration is fenced (its partitions then have no leader for a moment, and the coordinator
+takes them for deleted). The aborted records then read as committed (two outcomes) or pin the
+last stable offset (jobs never fired). infra runs Kafka 4.2.2, which queues such markers until
+the partition has a leader again. The test fails if the bug comes back: on the broker's log
+line for the dropped markers, which every such restart on 4.3.2 and 4.4.0 wrote, even in the
+runs whose ledger happened to show no double (bench/HISTORY.md, 2026-12-05).
 
-- where the producer wrote again (a new epoch), the aborted records read as committed: the
-  executions of the executor's open transaction have two SUCCEEDED results, one recorded
-  before the kill and one after (the executor ran them again after its abort);
-- where it did not, the open transaction pins the last stable offset: read_committed readers
-  (a restoring timer among them) stop there, and the jobs of that partition number stay
-  unfired. Every job without an outcome must sit on such a partition.
-
-A 3-node cluster has no partition without a leader when one node dies:
-``test_cluster_faults.py`` proves none of this happens there.
+Known and let through only with its error in the log (``broker_faults_kit.run_and_check``): a
+service whose restore meets the restart's moment without leaders stops on librdkafka's "No
+leaders found" (not retried by ``streams/state/recovery.py``), and its jobs wait for its
+restart (2 of 11 single-node runs on 4.1.2 and 4.2.2).
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from pathlib import Path
 import pytest
 
 from .broker_faults_kit import effect_plan, own_cluster, run_and_check
-from .executor.test_service_kit import effects
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -49,9 +44,6 @@ def test_broker_sigkill_and_restart_mid_herd_and_mid_submissions(tmp_path: Path)
     first_fire_ms = figures.ledger.first_fire_after_ms(figures.back_ms)
     assert first_fire_ms is not None, "nothing fired after the broker came back"
     assert first_fire_ms - figures.back_ms < 30_000
-    explained, unexplained = figures.doubled()
-    assert not unexplained, f"doubled otherwise than by the open transaction: {unexplained}"
-    runs = effects(tmp_path / "effects.log")
-    twice = [e for e in explained if len(figures.ledger.final_at_ms.get(e, [])) == 2]
-    assert all(runs[("done", e)] >= 2 for e in twice), "a second outcome without a second run"
-    assert len(figures.pinned) == len(figures.lost), "every job without an outcome is pinned"
+    explained, doubled = figures.doubled()
+    assert not (explained or doubled), f"doubled: {sorted(explained | doubled)[:5]}"
+    assert not figures.ledger.doubled(), "two final outcomes for one execution"
