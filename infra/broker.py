@@ -1,9 +1,10 @@
 """Format, start, stop and inspect one local KRaft Kafka node (broker and controller in one JVM).
 
 State lives under ``BrokerSettings.home``: ``config/``, ``data/``, ``logs/`` and
-``broker.json`` (pid and ports of the running broker). Alone, a node is its own controller
-quorum (the default local broker); given a :class:`Membership` it is one node of a
-multi-node cluster (``infra/cluster.py``).
+``broker.json`` (pid and ports of the running broker) and ``kafka-version`` (the Kafka that
+formatted or last ran it; another Kafka refuses to start it: ``infra/home_version.py``).
+Alone, a node is its own controller quorum (the default local broker); given a
+:class:`Membership` it is one node of a multi-node cluster (``infra/cluster.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from infra import home_version
 from infra.fetch import fetch_jars, require_tool
 from infra.sasl import scram_format_args
 from infra.settings import BrokerSettings
@@ -119,6 +121,9 @@ class LocalBroker:
         self.log_dir = self.home / "logs"
         # Our own child, kept so that stop() reaps it; None when another process started it.
         self._process: subprocess.Popen[bytes] | None = None
+        # Set when this object started the JVM: its Kafka version is recorded in the home
+        # once the broker answers (never for a broker another process started).
+        self._record_when_ready: str | None = None
 
     def read_state(self) -> BrokerState | None:
         """The recorded state, or None when no broker was started from this home."""
@@ -153,20 +158,31 @@ class LocalBroker:
         self.wait_ready(state)
         return state
 
+    def check_version(self, whole_home: Path | None = None) -> None:
+        """Raise if this home is recorded for another Kafka than the settings' and its
+        broker is not running (a running one is reused whatever it runs); ``whole_home`` is
+        the folder the error says to delete when not this one (a cluster's)."""
+        if self.running_state() is None:
+            home_version.check(self.home, self.settings.kafka_version, whole_home)
+
     def launch(self) -> BrokerState:
         """Start the JVM unless it already runs, without waiting for it to answer (a cluster's
         nodes answer only once a quorum of them runs: launch all, then wait for each)."""
         state = self.running_state()
         if state is not None:
             return state
+        version = self.settings.kafka_version
+        self.check_version()
         libs = fetch_jars(self.settings)
         previous = self.read_state()
         port = self.settings.port or (previous.port if previous else 0) or free_port()
         cport = self.settings.controller_port or (previous.controller_port if previous else 0)
         cport = cport or free_port()
         config = self._write_config(port, cport)
-        self._format_once(libs, config)
+        if self._format_once(libs, config):
+            home_version.record_version(self.home, version)
         pid = self._spawn(libs, config)
+        self._record_when_ready = version
         state = BrokerState(pid=pid, port=port, controller_port=cport, node_id=self.node_id)
         self.state_file.write_text(json.dumps(asdict(state)))
         return state
@@ -175,6 +191,9 @@ class LocalBroker:
         """Until the broker answers a metadata request; raise with its log if it exits or
         stays silent past ``start_timeout_s``."""
         self._wait_ready(state, time.monotonic() + self.settings.start_timeout_s)
+        if self._record_when_ready is not None:  # a home without a record started fine
+            home_version.record_version(self.home, self._record_when_ready)
+            self._record_when_ready = None
 
     def kill(self) -> bool:
         """SIGKILL the broker (a crash: no controlled shutdown); False if none ran."""
@@ -242,9 +261,10 @@ class LocalBroker:
         (config_dir / "log4j2.properties").write_text(log4j)
         return config_dir
 
-    def _format_once(self, libs: Path, config: Path) -> None:
+    def _format_once(self, libs: Path, config: Path) -> bool:
+        """Format the storage unless it was; whether it was formatted now."""
         if (self.home / "data" / "meta.properties").exists():
-            return
+            return False
         cluster_id = self.membership.cluster_id if self.membership else new_cluster_id()
         java = require_tool("java", "apt-get install openjdk-17-jre-headless")
         cmd = [
@@ -256,6 +276,7 @@ class LocalBroker:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise BrokerError(f"formatting the broker storage failed:\n{done.stdout}{done.stderr}")
+        return True
 
     def _spawn(self, libs: Path, config: Path) -> int:
         java = require_tool("java", "apt-get install openjdk-17-jre-headless")

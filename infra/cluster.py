@@ -101,6 +101,8 @@ class LocalCluster:
                 "stop'), or give the cluster another KAFKRON_BROKER_HOME"
             )
         nodes = self.nodes()
+        for node in nodes:  # refuse before any node starts, not with half of them up
+            node.check_version(whole_home=self.home)
         states = [node.launch() for node in nodes]  # a node answers only once a quorum runs
         for node, state in zip(nodes, states, strict=True):
             node.wait_ready(state)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra.broker import LocalBroker, free_port
+from infra.home_version import recorded_version
 from infra.settings import BrokerSettings
 from streams.exceptions import BrokerError
 from tests.rocksdb_holder import held_open
@@ -42,6 +43,7 @@ def test_start_is_ready_within_deadline_idempotent_and_stops(tmp_path: Path) -> 
         again = broker.start()
         assert again.pid == state.pid, "a running broker is reused, not started twice"
         assert "Kafka Server started" in (tmp_path / "broker/logs/server.log").read_text()
+        assert recorded_version(broker.home) == settings.kafka_version, "the home's Kafka"
     finally:
         assert broker.stop()
     assert broker.running_state() is None
