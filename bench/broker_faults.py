@@ -217,7 +217,7 @@ def defects(f: FaultFigures) -> list[str]:
         found.append(f"services exited: {dead}")
     stopped = f.stopped_without_leader()
     if stopped:
-        found.append(f"{stopped} stopped on '{NO_LEADER_STOP}' (their restore does not retry it)")
+        found.append(f"{stopped} stopped on '{NO_LEADER_STOP}'")
     if f.skipped_markers:
         first = f.skipped_markers[0]
         found.append(f"the broker dropped transaction markers (KAFKA-20734): {first}")

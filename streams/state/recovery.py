@@ -55,6 +55,10 @@ _LEADER_ERRORS = frozenset(
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # librdkafka's ListOffsets answers "Failed to query partition leaders: No leaders
+        # found" when its metadata holds a partition without a leader: a broker that just
+        # came back (its previous registration fenced) has none for about a second.
+        KafkaError._NOENT,
     }
 )
 
@@ -372,8 +376,9 @@ class Recovery:
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(low watermark, log end offset including open transactions).
 
-        A changelog created a moment ago may have no leader yet (NOT_LEADER_FOR_PARTITION,
-        LEADER_NOT_AVAILABLE): such retriable errors are retried until ``_TIMEOUT_S``.
+        A changelog created a moment ago, or of a broker just started again, may have no
+        leader yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, librdkafka's _NOENT "No
+        leaders found"): such errors are retried until ``_TIMEOUT_S``.
         """
         deadline = time.monotonic() + _TIMEOUT_S
         while True:
