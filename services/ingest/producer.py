@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from services.ingest.async_delivery import AsyncReports, DeliveryGroup
 from streams.exceptions import KafkaDeliveryError
 from streams.kafka.errors import denied_message
+from streams.kafka.partitioner import PARTITION_UA
 from streams.settings import KafkaSettings
 
 # Operators may override these through KafkaSettings.librdkafka.
@@ -38,8 +39,6 @@ _DEFAULTS: dict[str, Any] = {
 }
 # The bulk producer (send_bulk, a whole load at once) batches for throughput instead.
 _BULK_DEFAULTS: dict[str, Any] = {"linger.ms": 5}
-# produce()'s partition argument for "let the partitioner choose" (RD_KAFKA_PARTITION_UA).
-_ANY_PARTITION = -1
 # Never overridable: these make a delivered command durable, ordered and routed like Java.
 _REQUIRED: dict[str, Any] = {
     "enable.idempotence": True,
@@ -265,12 +264,12 @@ class CommandProducer:
         # arguments slower, ~0.3 us of its ~1 us per record.
         for key, value in records:
             try:
-                produce(topic, value, key, _ANY_PARTITION, report)
+                produce(topic, value, key, PARTITION_UA, report)
             except BufferError:  # local queue full: serve reports until it takes the record
                 while True:
                     producer.poll(0.05)
                     try:
-                        produce(topic, value, key, _ANY_PARTITION, report)
+                        produce(topic, value, key, PARTITION_UA, report)
                         break
                     except BufferError:
                         continue

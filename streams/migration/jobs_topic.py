@@ -23,7 +23,6 @@ from typing import Any, cast
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     KafkaException,
     Message,
     Producer,
@@ -33,25 +32,25 @@ from confluent_kafka.admin import AdminClient
 from rocksdict import Options, Rdict
 
 from streams.exceptions import KafkaDeliveryError, KafkronError
+from streams.kafka.leaders import retriable_offsets_error
+from streams.kafka.partitioner import PARTITION_UA
 from streams.settings import KafkaSettings
 
 _TIMEOUT_S = 30.0
-_LEADER_ERRORS = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-    }
-)
-PARTITION_UA = -1
-"""librdkafka's "no partition given": the producer's partitioner picks it from the key."""
 Record = tuple[int, int, bytes | None, bytes | None]
 """(partition, offset, key, value) of one record; value None is a tombstone."""
 
 
 def end_offsets(kafka: KafkaSettings, topic: str) -> dict[int, int]:
     """The end offset (high watermark) of every partition of ``topic``; a topic created a
-    moment ago may have no leader yet: such errors are retried for ``_TIMEOUT_S``."""
+    moment ago, or of a broker just started again, may have no leader yet
+    (:data:`~streams.kafka.leaders.LEADER_MOVED`): such errors are retried for ``_TIMEOUT_S``.
+
+    No :func:`~streams.kafka.leaders.refresh_leaders` between tries: that is for an
+    AdminClient, whose ListOffsets keeps a stale leader epoch; a consumer's watermark query
+    asks for the metadata again by itself when it finds no leader or a leader error answers
+    (librdkafka's leader lookup and ListOffsets handler force a refresh).
+    """
     consumer = _reader(kafka)
     deadline = time.monotonic() + _TIMEOUT_S
     try:
@@ -65,11 +64,7 @@ def end_offsets(kafka: KafkaSettings, topic: str) -> dict[int, int]:
                     tp = TopicPartition(topic, partition)
                     ends[partition] = consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S)[1]
                 except KafkaException as exc:
-                    error = exc.args[0] if exc.args else None
-                    waits = isinstance(error, KafkaError) and (
-                        error.retriable() or error.code() in _LEADER_ERRORS
-                    )
-                    if not waits or time.monotonic() > deadline:
+                    if not retriable_offsets_error(exc) or time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
         return ends

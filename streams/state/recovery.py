@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from confluent_kafka import (
     Consumer,
     IsolationLevel,
-    KafkaError,
     KafkaException,
     Message,
     TopicPartition,
@@ -42,7 +41,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from streams.kafka.errors import operation_error
-from streams.kafka.leaders import leader_moved, refresh_leaders
+from streams.kafka.leaders import refresh_leaders, retriable_offsets_error
 from streams.runtime_stats import RuntimeStats
 from streams.state.partition import PartitionStore
 from streams.state.store import Store
@@ -50,17 +49,6 @@ from streams.state.store import Store
 log = logging.getLogger(__name__)
 _TIMEOUT_S = 30.0
 _LOG_EVERY_S = 5.0
-_LEADER_ERRORS = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        # librdkafka's ListOffsets answers "Failed to query partition leaders: No leaders
-        # found" when its metadata holds a partition without a leader: a broker that just
-        # came back (its previous registration fenced) has none for about a second.
-        KafkaError._NOENT,
-    }
-)
 
 
 @dataclass
@@ -377,19 +365,16 @@ class Recovery:
         """(low watermark, log end offset including open transactions).
 
         A changelog created a moment ago, or of a broker just started again, may have no
-        leader yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, librdkafka's _NOENT "No
-        leaders found"): such errors are retried until ``_TIMEOUT_S``.
+        leader yet (:data:`~streams.kafka.leaders.LEADER_MOVED`, e.g. librdkafka's _NOENT "No
+        leaders found"): such errors are retried, after asking for the leaders again, until
+        ``_TIMEOUT_S``.
         """
         deadline = time.monotonic() + _TIMEOUT_S
         while True:
             try:
                 return self._watermarks_once(topic, partition)
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                retriable = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in _LEADER_ERRORS or leader_moved(exc)
-                )
-                if not retriable or time.monotonic() > deadline:
+                if not retriable_offsets_error(exc) or time.monotonic() > deadline:
                     raise
                 log.info("%s[%d]: %s; retrying", topic, partition, exc)
                 refresh_leaders(self._admin, [topic])  # else a stale epoch stays for 5 min

@@ -38,7 +38,7 @@ from services.executor.service import build_registry, serve
 from services.executor.settings import DEFAULT_HANDLER_SPECS, ExecutorSettings
 from services.executor.stats import ExecutorStats
 from streams.codec import Codec, RecordKind
-from streams.migration.jobs_topic import PARTITION_UA
+from streams.kafka.partitioner import PARTITION_UA
 from streams.settings import KafkaSettings
 from streams.topics import Priority, TopicNames
 
