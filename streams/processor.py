@@ -35,6 +35,7 @@ from streams.checkpoint import Checkpoint, CheckpointAbortedError
 from streams.exceptions import ConfigurationError, KafkronError
 from streams.kafka.consumer import (
     configure_group_session,
+    consume_ready,
     create_group_consumer,
     create_restore_consumer,
 )
@@ -184,7 +185,7 @@ class Processor:
         """One bounded iteration: restore step, one input batch, punctuations, maybe commit."""
         restoring = self._restore_step()
         timeout_s = 0.0 if restoring else self._poll_timeout_s()
-        messages = self._consumer.consume(self.options.batch_size, timeout_s)
+        messages = consume_ready(self._consumer, self.options.batch_size, timeout_s)
         self._producer.poll()
         try:
             self._process(messages)

@@ -31,9 +31,15 @@ class Chains:
     """At most ``max_in_flight`` chains running records from ``buffers`` with ``start``."""
 
     def __init__(
-        self, buffers: LaneBuffers, start: StartRecords, max_in_flight: int, yield_every: int = 256
+        self,
+        buffers: LaneBuffers,
+        start: StartRecords,
+        max_in_flight: int,
+        yield_every: int = 256,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self._buffers = buffers
+        self._on_idle = on_idle  # called when the last chain ends
         self._start = start
         self._max = max_in_flight
         self._yield_every = yield_every
@@ -61,9 +67,15 @@ class Chains:
         for _ in range(count):
             task = loop.create_task(self._chain())
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._ended)
         self._burst *= 2
         return count
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        tasks = self._tasks
+        tasks.discard(task)
+        if not tasks and self._on_idle is not None:
+            self._on_idle()
 
     def cancel_all(self) -> None:
         """Cancel every chain (their runs are dropped)."""

@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
+from streams.kafka.consumer import consume_ready
+
 log = logging.getLogger(__name__)
 
 ConsumerCall = Callable[[Consumer], object]
@@ -45,7 +47,7 @@ class Consuming:
 
     def _batch(self) -> list[Message]:
         self.run_queued(self.consumer)
-        messages = self.consumer.consume(self._batch_size, self._timeout_s)
+        messages = consume_ready(self.consumer, self._batch_size, self._timeout_s)
         self.refresh_metadata(self.consumer)
         return messages
 

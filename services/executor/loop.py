@@ -13,7 +13,9 @@
   lane when due.
 - **Commit** every ``commit_interval_ms`` through :class:`Committer`: results, retries,
   dead letters, dedup changelog and positions (per partition the lowest unfinished offset)
-  in one transaction.
+  in one transaction; sooner once the executor is idle (no chain running, nothing
+  buffered) with outputs waiting, at most every ``idle_commit_ms``, so that results of
+  light or bursty load are not held back a whole interval.
 - **Revoke:** no new runs for those partitions, held ones are dropped, runs get
   ``revoke_grace_s`` to finish, commit (never past a held or unfinished offset), drop the
   rest. **Lost**, or an **aborted transaction:** abort, cancel every run,
@@ -101,6 +103,7 @@ class ExecutorLoop:
         self._abort_reason: str | None = None
         self._stopping = self._failed = False
         self._interval_s = settings.commit_interval_ms / 1000
+        self._idle_s = settings.idle_commit_ms / 1000
         self._last_commit = time.monotonic()
         self._full_lanes: frozenset[Priority] = frozenset()
         self._held_full = False  # too many held: every lane blocked
@@ -145,7 +148,10 @@ class ExecutorLoop:
             stats=self.stats, request_abort=self._request_abort, deadlines=self._deadlines,
             holds=self._holds,
         )  # fmt: skip
-        self._chains = Chains(self._buffers, self._start_records, self.settings.max_in_flight)
+        self._chains = Chains(
+            self._buffers, self._start_records, self.settings.max_in_flight,
+            on_idle=self._wake.set,
+        )  # fmt: skip
         bridge = RebalanceBridge(
             self._loop, assigned=self._assigned, revoked=self._revoked, lost=self._lost,
             before_revoke=self._wait_for_runs, consuming=consuming,
@@ -261,7 +267,8 @@ class ExecutorLoop:
         spawned = self._chains.dispatch()
         self._runs.flush_due_outputs()
         self._producer.poll()
-        if time.monotonic() - self._last_commit >= self._interval_s:
+        now = time.monotonic()
+        if now - self._last_commit >= self._interval_s or self._idle_commit_due(now):
             self._commit()
         if self._sampling.due():
             self._consuming.queue(self._sample_lag)
@@ -273,6 +280,17 @@ class ExecutorLoop:
             await asyncio.sleep(0 if spawned else _RESTORE_STEP_S)
         else:
             await self._wait_for_wake()
+
+    def _idle_commit_due(self, now: float) -> bool:
+        """Whether outputs wait while nothing runs or waits to run, the last commit at least
+        ``idle_commit_ms`` ago."""
+        return now - self._last_commit >= self._idle_s and self._idle_with_outputs()
+
+    def _idle_with_outputs(self) -> bool:
+        """No chain running, nothing buffered, outputs not committed (idle commits on)."""
+        if self._idle_s <= 0.0 or self._chains or self._buffers:
+            return False
+        return self._producer.in_transaction or self._runs.has_outputs
 
     def _probe_others(self) -> None:
         """While lanes block consuming: ask, every ``PROBE_INTERVAL_S``, whether records of
@@ -329,6 +347,8 @@ class ExecutorLoop:
         if not self._wake.is_set():
             now = time.monotonic()
             until = self._last_commit + self._interval_s
+            if self._idle_with_outputs():
+                until = min(until, self._last_commit + self._idle_s)
             pause_due = self._backpressure.pause_due_s(now)
             if pause_due is not None:  # blocked, not paused: wake to pause, or to probe
                 until = min(until, pause_due)

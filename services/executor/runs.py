@@ -519,6 +519,11 @@ class RecordRunner:
     def _encode(self, kind: RecordKind, record: dict[str, Any]) -> bytes:
         return self._codec.encode(kind, record)
 
+    @property
+    def has_outputs(self) -> bool:
+        """Whether outputs wait to be handed to the producer."""
+        return bool(self._outputs)
+
     def publish_started(self) -> None:
         """Produce STARTED for the runs still waiting (once each): a commit is about to happen."""
         unpublished = self._unpublished

@@ -78,6 +78,12 @@ class ExecutorSettings(BaseSettings):
     max_held: int = Field(default=50_000, ge=2)
     # Results, retries, dead letters and offsets commit in one transaction this often.
     commit_interval_ms: int = Field(default=500, ge=10)
+    # Whenever nothing runs or waits to run and outputs wait for a commit, they commit then,
+    # if the last commit was at least this long ago, instead of at the interval: results of
+    # light or bursty load (a DAG upstream's SUCCEEDED, which releases its dependents) are
+    # visible tens of ms after their runs, not up to commit_interval_ms later. 0: only at
+    # the interval.
+    idle_commit_ms: int = Field(default=100, ge=0)
     consume_batch_size: int = Field(default=2000, ge=1)
     # Consumed records waiting per priority lane. A full lane stops consuming until it is
     # down to half; if it is still full after lane_pause_after_ms, its partitions are paused

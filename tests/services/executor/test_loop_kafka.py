@@ -150,6 +150,43 @@ def test_a_run_still_waiting_at_a_commit_has_started_then_its_final_result(
     assert succeeded["finished_at_ms"] - succeeded["started_at_ms"] >= 1000
 
 
+def test_results_commit_once_the_executor_is_idle_not_at_the_interval(
+    topics: KafkaSettings, reader: TopicReader, calls: Calls
+) -> None:
+    """With a 30 s commit interval, runs that ended wait for it while idle commits are off
+    (``idle_commit_ms`` 0); with them on, they commit as soon as nothing else runs."""
+    long_interval = {"commit_interval_ms": 30_000, "transaction_timeout_ms": 60_000}
+    held = [due_event(f"held-{i}", handler="tests.record") for i in range(5)]
+    soon = [due_event(f"soon-{i}", handler="tests.record") for i in range(5)]
+
+    def ran(events: list[dict[str, Any]]) -> bool:
+        return all(calls.count(e["execution_id"]) == 1 for e in events)
+
+    def committed(events: list[dict[str, Any]]) -> set[str]:
+        ids = {e["execution_id"] for e in events}
+        return {r["execution_id"] for r in reader.results() if r["execution_id"] in ids}
+
+    off = start_executor(topics, calls, "w-off", idle_commit_ms=0, **long_interval)
+    try:
+        produce_due(topics, held)
+        deadline = time.monotonic() + 30
+        while not ran(held):
+            assert time.monotonic() < deadline, "the runs did not happen"
+            time.sleep(0.05)
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            reader.poll()
+        assert committed(held) == set()  # ran, but the interval is 30 s away
+    finally:
+        off.stop()  # its drain commits them
+    on = start_executor(topics, calls, "w-on", idle_commit_ms=20, **long_interval)
+    try:
+        produce_due(topics, soon)
+        reader.wait_for(lambda r: len(committed(soon)) == 5, 15, "the results before 30 s")
+    finally:
+        on.stop()
+
+
 def test_failure_then_success_through_the_real_timer(
     topics: KafkaSettings, executor: ExecutorThread, reader: TopicReader
 ) -> None:
