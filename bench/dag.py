@@ -530,7 +530,39 @@ def report_full(run: PhaseRun, pipe: PipeFigures) -> None:
     hops = release_delays(run)
     print(f"  SUCCEEDED committed -> DueEvent committed under full load: {spread(hops['total'])}")
     print_hops(hops)
+    print_timeline(run, instant_ms)
     print_cpu(run)
+
+
+def node_depths() -> dict[str, int]:
+    """Each node's depth: 0 for a root, else one more than its deepest upstream."""
+    depths: dict[str, int] = {}
+    for node, upstreams in SIX_NODES.items():  # in dependency order
+        depths[node] = 1 + max((depths[u] for u in upstreams), default=-1)
+    return depths
+
+
+def print_timeline(run: PhaseRun, instant_ms: int) -> None:
+    """Per depth of the DAG: when its first and last DueEvent and SUCCEEDED were first seen
+    (committed), in ms from the instant; the gaps show which stage a full load waits on."""
+    depths = node_depths()
+    node_of = {execution_id(p + n, key): n for p, key in run.copies for n in SIX_NODES}
+    due = first_seen(run.due, lambda d: d["execution_id"])
+    done = first_seen(
+        (r for r in run.results if r[0]["status"] == "SUCCEEDED"), lambda r: r["execution_id"]
+    )
+    print("  timeline, ms from the instant (first - last seen, committed):")
+    for depth in sorted(set(depths.values())):
+        nodes = sorted(n for n, d in depths.items() if d == depth)
+        mine = [e for e, n in node_of.items() if depths[n] == depth]
+        due_ms = sorted(due[e][0] - instant_ms for e in mine if e in due)
+        done_ms = sorted(done[e][0] - instant_ms for e in mine if e in done)
+        if not due_ms or not done_ms:
+            continue
+        print(
+            f"    depth {depth} ({', '.join(nodes)}): DueEvent {due_ms[0]:,} - {due_ms[-1]:,}, "
+            f"SUCCEEDED {done_ms[0]:,} - {done_ms[-1]:,}"
+        )
 
 
 def print_hops(hops: Hops) -> None:
