@@ -530,7 +530,7 @@ def report_full(run: PhaseRun, pipe: PipeFigures) -> None:
     hops = release_delays(run)
     print(f"  SUCCEEDED committed -> DueEvent committed under full load: {spread(hops['total'])}")
     print_hops(hops)
-    print_timeline(run, instant_ms)
+    print_timeline(run, instant_ms, published)
     print_cpu(run)
 
 
@@ -542,15 +542,13 @@ def node_depths() -> dict[str, int]:
     return depths
 
 
-def print_timeline(run: PhaseRun, instant_ms: int) -> None:
-    """Per depth of the DAG: when its first and last DueEvent and SUCCEEDED were first seen
-    (committed), in ms from the instant; the gaps show which stage a full load waits on."""
+def print_timeline(run: PhaseRun, instant_ms: int, done: dict[Any, tuple[int, int]]) -> None:
+    """Per depth of the DAG: when its first and last DueEvent and SUCCEEDED (``done``, from
+    :func:`first_seen`) were first seen (committed), in ms from the instant; the gaps show
+    which stage a full load waits on."""
     depths = node_depths()
     node_of = {execution_id(p + n, key): n for p, key in run.copies for n in SIX_NODES}
     due = first_seen(run.due, lambda d: d["execution_id"])
-    done = first_seen(
-        (r for r in run.results if r[0]["status"] == "SUCCEEDED"), lambda r: r["execution_id"]
-    )
     print("  timeline, ms from the instant (first - last seen, committed):")
     for depth in sorted(set(depths.values())):
         nodes = sorted(n for n, d in depths.items() if d == depth)
