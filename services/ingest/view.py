@@ -41,7 +41,7 @@ from streams import clock
 from streams.codec import Codec
 from streams.exceptions import DecodeError, TopicLayoutError
 from streams.kafka.errors import denied_message
-from streams.kafka.leaders import leader_moved, refresh_leaders
+from streams.kafka.leaders import leader_moved, refresh_leaders, retriable_offsets_error
 from streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
@@ -55,19 +55,10 @@ _BATCH_MAX = 2_000
 _APPLY_SLICE = 100
 _POLL_S = 0.05
 _ADMIN_TIMEOUT_S = 10.0
-# Leadership moves (a topic just created, a broker restarting); librdkafka does not flag
-# these retriable for ListOffsets, but a metadata refresh fixes them.
-_TRANSIENT_CODES = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-    }
+# A ListOffsets that timed out or lost its connection (a broker restarting): tried again like
+# the "no leader known now" errors of streams.kafka.leaders.retriable_offsets_error.
+_TIMEOUT_CODES = frozenset(
+    {KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 )
 
 
@@ -350,8 +341,8 @@ class StatusView:
                 return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                retriable = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in _TRANSIENT_CODES
+                retriable = retriable_offsets_error(exc) or (
+                    isinstance(error, KafkaError) and error.code() in _TIMEOUT_CODES
                 )
                 if not retriable or time.monotonic() > deadline:
                     raise

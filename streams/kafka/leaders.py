@@ -12,7 +12,8 @@ at once, and the next call succeeds.
 :data:`LEADER_MOVED` is the one list of those "no leader known now" codes and
 :func:`retriable_offsets_error` the one check of whether a failed offsets query is tried again
 (the restore's :mod:`streams.state.recovery`, the migration's
-:mod:`streams.migration.jobs_topic`).
+:mod:`streams.migration.jobs_topic`, the status view's ``latest_offsets`` in
+:mod:`services.ingest.view`).
 """
 
 from __future__ import annotations
