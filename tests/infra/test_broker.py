@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from infra.broker import LocalBroker, free_port
 from infra.home_version import recorded_version
@@ -24,6 +26,19 @@ pytestmark = pytest.mark.kafka
 
 def _settings(home: Path) -> BrokerSettings:
     return BrokerSettings(home=home, libs_dir=LIBS, port=free_port(), controller_port=free_port())
+
+
+def _index_file_sizes(bootstrap: str, data_dir: Path) -> dict[str, int]:
+    """Create a topic of one partition; the sizes of its first segment's index files."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("index-sizes", 1, 1)])["index-sizes"].result(30)
+    segment = data_dir / "index-sizes-0" / "00000000000000000000.log"
+    deadline = time.monotonic() + 30
+    while not segment.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {
+        suffix: segment.with_suffix(suffix).stat().st_size for suffix in (".index", ".timeindex")
+    }
 
 
 def test_start_is_ready_within_deadline_idempotent_and_stops(tmp_path: Path) -> None:
@@ -44,6 +59,10 @@ def test_start_is_ready_within_deadline_idempotent_and_stops(tmp_path: Path) -> 
         assert again.pid == state.pid, "a running broker is reused, not started twice"
         assert "Kafka Server started" in (tmp_path / "broker/logs/server.log").read_text()
         assert recorded_version(broker.home) == settings.kafka_version, "the home's Kafka"
+        assert _index_file_sizes(state.bootstrap, broker.home / "data") == {
+            ".index": 1_048_576,  # 131,072 entries of 8 bytes
+            ".timeindex": 1_048_572,  # 87,381 entries of 12 bytes
+        }, "sparse index files of 1 MiB, not Kafka's 10 MiB (infra/server.properties)"
     finally:
         assert broker.stop()
     assert broker.running_state() is None
